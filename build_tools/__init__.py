@@ -1,0 +1,1 @@
+"""Build-time tools: compile TileLang kernel specs into kernel packs (needs tilelang + nvcc)."""

@@ -1,0 +1,42 @@
+"""`python -m build_tools build --out DIR [--arch A ...] [--only OP ...] [--src S] [-j N]`."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tkreg.errors import SpecError
+
+from .build import DEFAULT_ARCHS, BuildError, build
+from .compile import CompileError
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m build_tools", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="compile kernel sources into kernel packs")
+    b.add_argument("--out", required=True, type=Path, help="pack folder; gets <arch>/manifest.json")
+    b.add_argument("--arch", action="append", help=f"repeatable; default {' '.join(DEFAULT_ARCHS)}")
+    b.add_argument("--only", action="append", default=[], help="op name (repeatable); default all")
+    b.add_argument("--src", default="kernels_src", help="module, .py file or folder of kernel specs")
+    b.add_argument("--namespace", default="tkreg", help="op namespace of the pack (plugins: their own)")
+    b.add_argument("-j", "--jobs", type=int, default=None, help="parallel compiles; default all cores")
+    b.add_argument("--cache", type=Path, default=None, help="compile cache (default $TKREG_CACHE_DIR "
+                   "or build/cache)")
+    b.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        rep = build(args.out, tuple(args.arch or DEFAULT_ARCHS), tuple(args.only), args.src,
+                    args.jobs, args.namespace, args.cache, progress=not args.no_progress)
+    except (BuildError, CompileError, SpecError) as e:
+        print(f"build_tools: error: {e}", file=sys.stderr)
+        return 1
+    for arch, ops in rep.archs.items():
+        for op, keys in sorted(ops.items()):
+            print(f"{arch:8} {op:28} {len(keys)} variant(s)")
+    print(f"{len(rep.compiled)} compiled, {len(rep.cached)} cached, {rep.seconds:.1f} s -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

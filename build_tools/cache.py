@@ -1,0 +1,66 @@
+"""Content-addressed compile cache: an unchanged variant is never compiled twice.
+
+The key covers everything that can change the cubin or its plan: the family module's source,
+the variant's parameters, arch, tilelang and nvcc versions, nvcc flags, and the source of the
+build tools that lower and extract plans.  Entries are written atomically (tmp dir + rename).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+_TOOL_FILES = ("compile.py", "plan.py", "tir_expr.py")
+
+
+def default_dir() -> Path:
+    env = os.environ.get("TKREG_CACHE_DIR")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "build" / "cache"
+
+
+def _tool_hash() -> str:
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    import tkreg.expr
+    import tkreg.spec
+    for f in [here / n for n in _TOOL_FILES] + [Path(tkreg.expr.__file__), Path(tkreg.spec.__file__)]:
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def key(source_hash: str, op: str, variant_key: str, arch: str, toolchain: dict) -> str:
+    blob = json.dumps({"source": source_hash, "op": op, "variant": variant_key, "arch": arch,
+                       "toolchain": toolchain, "tools": _tool_hash()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class Cache:
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root else default_dir()
+
+    def _dir(self, k: str) -> Path:
+        return self.root / k[:2] / k
+
+    def get(self, k: str):
+        d = self._dir(k)
+        try:
+            return (d / "kernel.cubin").read_bytes(), json.loads((d / "plan.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def put(self, k: str, cubin: bytes, plan: dict, source: str) -> None:
+        d = self._dir(k)
+        if d.exists():
+            return
+        d.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=d.parent, prefix=".tmp-"))
+        (tmp / "kernel.cubin").write_bytes(cubin)
+        (tmp / "kernel.cu").write_text(source)
+        (tmp / "plan.json").write_text(json.dumps(plan, sort_keys=True))
+        try:
+            tmp.rename(d)
+        except OSError:  # another process won the race: same content by construction
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,101 @@
+"""Lower one variant with tilelang and compile it to a cubin with nvcc (build time only).
+
+We call nvcc ourselves (same flags tilelang uses, minus `-lineinfo`, whose temp-file paths
+would make cubins differ between builds) from a directory named after the cache key, so two
+clean builds give identical bytes.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from tkreg.elf import check_cubin, sm_of_arch
+
+NVCC_FLAGS = ("--cubin", "-O3", "-std=c++20", "-w")
+
+
+class CompileError(RuntimeError):
+    """A variant failed to lower or compile; the message names op, variant, arch and the cause."""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    tilelang: str
+    nvcc: str
+    nvcc_path: str
+
+    def to_json(self) -> dict:
+        return {"tilelang": self.tilelang, "nvcc": self.nvcc, "flags": list(NVCC_FLAGS)}
+
+
+def _nvcc_path() -> str:
+    for c in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
+        if c and Path(c, "bin", "nvcc").exists():
+            return str(Path(c, "bin", "nvcc"))
+    from shutil import which
+    p = which("nvcc")
+    if p:
+        return p
+    try:  # nvidia-cuda-nvcc from PyPI
+        import nvidia.cuda_nvcc as m  # type: ignore
+        p = Path(list(m.__path__)[0], "bin", "nvcc")
+        if p.exists():
+            return str(p)
+    except ImportError:
+        pass
+    raise CompileError("nvcc not found: install the CUDA 13.0 toolkit or `pip install nvidia-cuda-nvcc==13.0.88`")
+
+
+@functools.lru_cache(maxsize=None)
+def toolchain() -> Toolchain:
+    """Versions that go into every cache key; cheap: no tilelang import."""
+    try:
+        tl = metadata.version("tilelang")
+    except metadata.PackageNotFoundError:
+        raise CompileError("tilelang is not installed; the build needs tilelang==0.1.15") from None
+    path = _nvcc_path()
+    out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"V(\d+\.\d+\.\d+)", out)
+    return Toolchain(tl, m.group(1) if m else "unknown", path)
+
+
+def target(arch: str) -> dict:
+    sm_of_arch(arch)  # ValueError on an unknown arch
+    return {"kind": "cuda", "arch": arch}
+
+
+def lower(func, arch: str, pass_configs: dict | None = None):
+    """tilelang artifact with `kernel_source`, `device_mod`, `host_mod` (no host codegen)."""
+    import tvm
+    from tilelang.backend.module import create_backend_context
+    from tilelang.engine.lower import lower_with_context
+
+    ctx = create_backend_context(target(arch), None, "cython")
+    with tvm.transform.PassContext(opt_level=3, config=dict(pass_configs or {})), ctx.target:
+        return lower_with_context(func, ctx, enable_host_codegen=False, enable_device_compile=False)
+
+
+def nvcc(source: str, arch: str, workdir: Path) -> bytes:
+    """Compile CUDA C++ to a cubin for `arch`; CompileError carries nvcc's message."""
+    from tilelang import env as tl_env
+
+    sm = arch[3:]
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "kernel.cu").write_text(source)
+    cmd = [toolchain().nvcc_path, *NVCC_FLAGS, "-gencode", f"arch=compute_{sm},code=sm_{sm}",
+           "-I" + str(tl_env.TILELANG_TEMPLATE_PATH), "-I" + str(tl_env.CUTLASS_INCLUDE_DIR),
+           "-o", "kernel.cubin", "kernel.cu"]
+    p = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise CompileError(f"nvcc failed ({p.returncode}):\n{(p.stdout + p.stderr).strip()[-4000:]}")
+    data = (workdir / "kernel.cubin").read_bytes()
+    try:
+        check_cubin(data, arch)
+    except ValueError as e:
+        raise CompileError(f"ELF check failed: {e}") from None
+    return data

@@ -6,17 +6,17 @@ compare only the SM number.  Used by build_tools after each compile and by `tkre
 """
 from __future__ import annotations
 
-import re
 import struct
 
-_ARCH = re.compile(r"sm_(\d+)([af]?)")
+# The archs a pack may hold, and the compute capability that runs each ("a" cubins run only there).
+ARCHS = {"sm_90a": (9, 0), "sm_100a": (10, 0)}
 
 
 def sm_of_arch(arch: str) -> int:
-    m = _ARCH.fullmatch(arch)
-    if not m:
-        raise ValueError(f"unknown arch {arch!r}; expected e.g. sm_90a or sm_100a")
-    return int(m.group(1))
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; tkreg builds {', '.join(ARCHS)}")
+    major, minor = ARCHS[arch]
+    return major * 10 + minor
 
 
 def cubin_sm(data: bytes) -> int:

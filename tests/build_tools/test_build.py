@@ -1,0 +1,142 @@
+"""End to end on the build machine: specs -> lowered + compiled cubins -> pack, cache, errors."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from build_tools.build import BuildError, build
+from tkreg import manifest
+from tkreg.elf import check_cubin, cubin_sm
+
+from .conftest import write_module
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def quiet(*a, **k):
+    pass
+
+
+@pytest.fixture
+def src(tmp_path):
+    d = tmp_path / "src"
+    d.mkdir()
+    write_module(d / "fam_a.py", ns="t")
+    return d
+
+
+def _build(src, out, cache, **kw):
+    kw.setdefault("archs", ("sm_90a",))
+    return build(out, src=str(src), cache_root=cache, namespace="t", progress=False, log=quiet, jobs=2, **kw)
+
+
+def test_pack_manifest_and_cubins(src, tmp_path):
+    rep = _build(src, tmp_path / "out", tmp_path / "cache", archs=("sm_90a", "sm_100a"))
+    assert len(rep.compiled) == 2
+    for arch in ("sm_90a", "sm_100a"):
+        m = manifest.load(tmp_path / "out" / arch / "manifest.json")
+        assert m["schema"] == manifest.SCHEMA and m["arch"] == arch
+        assert m["toolchain"]["tilelang"] == "0.1.15" and m["toolchain"]["nvcc"].startswith("13.0")
+        (v,) = m["ops"]["t.scale"]["variants"]
+        data = (tmp_path / "out" / arch / v["cubin"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == v["sha256"]
+        check_cubin(data, arch)
+        plan = v["plan"]
+        assert plan["constraints"] == [{"text": "N == 256", "prog": ["$N", 256, "=="]}]
+        (k,) = plan["kernels"]
+        assert k["grid"][0] == ["$M", 3, "+", 4, "//"] and k["block"] == [128, 1, 1]
+        assert [p["kind"] for p in k["params"]].count("scalar") == 1
+        assert len(v["source_hash"]) == 16
+    assert manifest.verify(tmp_path / "out") == []
+
+
+def test_cache_hit_and_edit_recompiles_only_that_family(src, tmp_path):
+    write_module(src / "fam_b.py", ns="t", tag="b").write_text(
+        (src / "fam_b.py").read_text().replace('"t.scale"', '"t.scale_b"'))
+    cache = tmp_path / "cache"
+    first = _build(src, tmp_path / "out", cache)
+    assert len(first.compiled) == 2
+    t = time.time()
+    again = _build(src, tmp_path / "out", cache)
+    assert again.compiled == [] and len(again.cached) == 2
+    assert time.time() - t < 10
+    write_module(src / "fam_a.py", ns="t", tag="edited")
+    edited = _build(src, tmp_path / "out", cache)
+    assert [c.split("[")[0] for c in edited.compiled] == ["t.scale"]
+    assert len(edited.cached) == 1
+
+
+def test_two_clean_builds_are_identical(src, tmp_path):
+    _build(src, tmp_path / "o1", tmp_path / "c1")
+    _build(src, tmp_path / "o2", tmp_path / "c2")
+    a, b = (tmp_path / o / "sm_90a" for o in ("o1", "o2"))
+    assert (a / "manifest.json").read_bytes() == (b / "manifest.json").read_bytes()
+    assert sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir())
+    for p in a.glob("*.cubin"):
+        assert p.read_bytes() == (b / p.name).read_bytes(), p.name
+
+
+def test_coverage_gap_fails_the_build(tmp_path):
+    d = tmp_path / "gap"
+    d.mkdir()
+    write_module(d / "fam.py", dtypes=("bfloat16", "float16"), variant_dtypes=("bfloat16",))
+    with pytest.raises(BuildError, match=r"(?s)coverage gaps.*t.scale declares x=float16 but no variant for sm_90a"):
+        _build(d, tmp_path / "out", tmp_path / "cache")
+
+
+def test_compile_error_names_op_variant_arch_and_nvcc_message(tmp_path):
+    d = tmp_path / "bad"
+    d.mkdir()
+    f = write_module(d / "fam.py")
+    f.write_text(f.read_text().replace(
+        "out[bx * 4 + i, j] = T.cast(T.cast(x[bx * 4 + i, j], \"float32\") * alpha, dtype)",
+        "out[bx * 4 + i, j] = T.cast(T.call_extern(\"float32\", \"tkreg_no_such_function\"), dtype)"))
+    with pytest.raises(BuildError) as e:
+        _build(d, tmp_path / "out", tmp_path / "cache")
+    msg = str(e.value)
+    assert "t.scale[N=256,dtype=bfloat16] @ sm_90a" in msg and "nvcc failed" in msg
+    assert "tkreg_no_such_function" in msg
+
+
+def test_spec_kernel_mismatch_is_a_clear_error(tmp_path):
+    d = tmp_path / "mis"
+    d.mkdir()
+    f = write_module(d / "fam.py")
+    f.write_text(f.read_text().replace('Tensor("out", ("M", "N")', 'Tensor("y", ("M", "N")'))
+    with pytest.raises(BuildError, match=r"kernel tensors \['out', 'x'\] differ from the spec's \['x', 'y'\]"):
+        _build(d, tmp_path / "out", tmp_path / "cache")
+
+
+def test_unknown_arch_and_unknown_op(src, tmp_path):
+    with pytest.raises(BuildError, match="--arch sm_77q"):
+        _build(src, tmp_path / "out", tmp_path / "cache", archs=("sm_77q",))
+    with pytest.raises(BuildError, match="--only.*no such op"):
+        _build(src, tmp_path / "out", tmp_path / "cache", only=("nope",))
+
+
+def test_elf_check_rejects_the_wrong_arch(src, tmp_path):
+    _build(src, tmp_path / "out", tmp_path / "cache")
+    cubin = next((tmp_path / "out" / "sm_90a").glob("*.cubin")).read_bytes()
+    assert cubin_sm(cubin) == 90
+    with pytest.raises(ValueError, match="expected sm_100a"):
+        check_cubin(cubin, "sm_100a")
+    with pytest.raises(ValueError, match="not a 64-bit ELF"):
+        check_cubin(b"hello", "sm_90a")
+
+
+def test_command_line(src, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "build_tools", "build", "--out", str(tmp_path / "out"),
+                        "--src", str(src), "--namespace", "t", "--arch", "sm_90a", "--cache",
+                        str(tmp_path / "cache"), "--no-progress"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "1 compiled" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "build_tools", "build", "--out", str(tmp_path / "o"),
+                        "--src", str(src), "--arch", "sm_9"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1 and "--arch sm_9: unknown arch" in r.stderr
+    assert json.loads((tmp_path / "out" / "sm_90a" / "manifest.json").read_text())["namespace"] == "t"

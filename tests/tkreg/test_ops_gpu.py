@@ -1,0 +1,163 @@
+"""The built-in ops on a real GPU, from the installed wheel, against the torch references."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import tkreg
+from tkreg import reference
+
+pytestmark = pytest.mark.gpu
+BF16, FP16 = torch.bfloat16, torch.float16
+HIDDEN = (1024, 2048, 4096, 5120, 7168, 8192)
+TOL = {BF16: dict(rtol=1.6e-2, atol=1e-2), FP16: dict(rtol=2e-3, atol=2e-3)}
+
+
+def rel_err(got, want):
+    got, want = got.double(), want.double()
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("dt", [BF16, FP16])
+@pytest.mark.parametrize("n", HIDDEN)
+@pytest.mark.parametrize("m", [1, 37, 4097])
+def test_rms_norm_matches_reference(m, n, dt, seed):
+    x = torch.randn(m, n, dtype=dt, device="cuda") * 3
+    w = torch.randn(n, dtype=dt, device="cuda")
+    out = torch.full_like(x, float("nan"))  # poisoned: every element must be written
+    y = tkreg.ops.rms_norm(x, w, 1e-5, out=out)
+    assert y is out and not torch.isnan(y).any()
+    torch.testing.assert_close(y, reference.rms_norm(x, w, 1e-5), **TOL[dt], msg=lambda s: f"m={m} n={n} {dt}: {s}")
+    torch.testing.assert_close(tkreg.ops.rms_norm(x, w, 1e-5), y, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("m", [1, 37, 64, 65, 300, 4097])
+@pytest.mark.parametrize("n, k", [(256, 512), (1000, 264), (4096, 4096)])
+def test_gemm_matches_reference(m, n, k, seed):
+    a = torch.randn(m, k, dtype=BF16, device="cuda")
+    b = torch.randn(n, k, dtype=BF16, device="cuda")
+    out = torch.full((m, n), float("nan"), dtype=BF16, device="cuda")
+    y = tkreg.ops.gemm(a, b, out=out)
+    assert not torch.isnan(y).any(), f"m={m} n={n} k={k}: unwritten outputs"
+    assert rel_err(y, a.double() @ b.double().t()) < 1e-2, f"m={m} n={n} k={k}"
+
+
+def test_empty_problems_launch_nothing():
+    x = torch.empty(0, 4096, dtype=BF16, device="cuda")
+    assert tkreg.ops.rms_norm(x, torch.randn(4096, dtype=BF16, device="cuda")).shape == (0, 4096)
+    a, b = torch.empty(0, 64, dtype=BF16, device="cuda"), torch.randn(128, 64, dtype=BF16, device="cuda")
+    assert tkreg.ops.gemm(a, b).shape == (0, 128)
+    with pytest.raises(ValueError, match="zero-sized"):
+        tkreg.ops.gemm(torch.empty(4, 0, dtype=BF16, device="cuda"), torch.empty(8, 0, dtype=BF16, device="cuda"))
+
+
+def test_mixed_devices_are_refused():
+    with pytest.raises(ValueError, match="`weight` is on cpu but earlier arguments are on cuda:0"):
+        tkreg.ops.rms_norm(torch.randn(2, 2048, dtype=BF16, device="cuda"), torch.randn(2048, dtype=BF16))
+
+
+def test_tma_stride_rule_is_a_clear_error():
+    a, b = torch.randn(4, 12, dtype=BF16, device="cuda"), torch.randn(8, 12, dtype=BF16, device="cuda")
+    with pytest.raises(ValueError, match="row stride of 24 bytes; TMA needs a multiple of 16"):
+        tkreg.ops.gemm(a, b)
+
+
+def test_decision_memo_follows_the_shape(seed):
+    b = torch.randn(512, 256, dtype=BF16, device="cuda")
+    for m in (16, 1000, 16, 64, 65, 1):
+        a = torch.randn(m, 256, dtype=BF16, device="cuda")
+        assert rel_err(tkreg.ops.gemm(a, b), a.double() @ b.double().t()) < 1e-2, m
+
+
+def test_non_default_stream(seed):
+    x = torch.randn(4097, 4096, dtype=BF16, device="cuda")
+    w = torch.randn(4096, dtype=BF16, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y = tkreg.ops.rms_norm(x, w)
+        a = torch.randn(999, 512, dtype=BF16, device="cuda")
+        c = tkreg.ops.gemm(a, x[:, :512].contiguous())
+    s.synchronize()
+    torch.testing.assert_close(y, reference.rms_norm(x, w), **TOL[BF16])
+    assert rel_err(c, a.double() @ x[:, :512].double().t()) < 1e-2
+
+
+def test_cuda_graph_capture_and_replay(seed):
+    x = torch.randn(37, 4096, dtype=BF16, device="cuda")
+    w = torch.randn(4096, dtype=BF16, device="cuda")
+    b = torch.randn(1024, 4096, dtype=BF16, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up: modules load outside capture
+        tkreg.ops.gemm(tkreg.ops.rms_norm(x, w), b)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        h = tkreg.ops.rms_norm(x, w)
+        y = tkreg.ops.gemm(h, b)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        want = reference.gemm(reference.rms_norm(x, w), b)
+        assert rel_err(y, want) < 1e-2
+
+
+RACE = textwrap.dedent("""
+    import threading, torch, tkreg
+    from tkreg import reference
+    x = torch.randn(333, 5120, dtype=torch.float16, device="cuda")
+    w = torch.randn(5120, dtype=torch.float16, device="cuda")
+    a = torch.randn(77, 512, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(640, 512, dtype=torch.bfloat16, device="cuda")
+    barrier, errors = threading.Barrier(8), []
+    def work(i):
+        try:
+            barrier.wait()
+            y = tkreg.ops.rms_norm(x, w) if i % 2 else tkreg.ops.gemm(a, b)
+            torch.cuda.synchronize()
+            want = reference.rms_norm(x, w) if i % 2 else reference.gemm(a, b)
+            err = ((y.double() - want.double()).norm() / want.double().norm()).item()
+            assert err < 1e-2, err
+        except BaseException as e:
+            errors.append(repr(e))
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    [t.start() for t in ts]; [t.join() for t in ts]
+    assert not errors, errors
+    print("RACE OK")
+""")
+
+
+def test_eight_threads_race_the_first_call():
+    r = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, env=dict(os.environ))
+    assert r.returncode == 0 and "RACE OK" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_second_device(seed):
+    for dev in ("cuda:1", "cuda:0", "cuda:1"):
+        x = torch.randn(129, 2048, dtype=BF16, device=dev)
+        w = torch.randn(2048, dtype=BF16, device=dev)
+        y = tkreg.ops.rms_norm(x, w)
+        assert y.device == x.device
+        torch.testing.assert_close(y, reference.rms_norm(x, w), **TOL[BF16])
+        a, b = torch.randn(300, 256, dtype=BF16, device=dev), torch.randn(512, 256, dtype=BF16, device=dev)
+        assert rel_err(tkreg.ops.gemm(a, b), a.double() @ b.double().t()) < 1e-2
+    assert torch.cuda.current_device() == 0
+    with pytest.raises(ValueError, match="share one CUDA device"):
+        tkreg.ops.rms_norm(torch.randn(2, 2048, dtype=BF16, device="cuda:0"), torch.randn(2048, dtype=BF16, device="cuda:1"))
+
+
+def test_no_variant_raises_or_falls_back(monkeypatch):
+    x, w = torch.randn(3, 1000, dtype=BF16, device="cuda"), torch.randn(1000, dtype=BF16, device="cuda")
+    monkeypatch.delenv("TKREG_FALLBACK", raising=False)
+    with pytest.raises(tkreg.NoKernelError, match="N == 1024"):
+        tkreg.ops.rms_norm(x, w)
+    monkeypatch.setenv("TKREG_FALLBACK", "reference")
+    torch.testing.assert_close(tkreg.ops.rms_norm(x, w), reference.rms_norm(x, w))

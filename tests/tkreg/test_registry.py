@@ -1,0 +1,218 @@
+"""Registry and launcher checks that need no GPU: dispatch, validation, packs, fallback."""
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tkreg
+from tkreg import manifest, reference
+from tkreg.errors import NoKernelError, PackError, UnsupportedDeviceError
+from tkreg.registry import ARCH_OF_CAPABILITY, BUILTIN_PACKS, REGISTRY, Registry
+
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+def test_arch_mapping():
+    assert ARCH_OF_CAPABILITY[(9, 0)] == "sm_90a"
+    assert ARCH_OF_CAPABILITY[(10, 0)] == "sm_100a"
+    assert (8, 0) not in ARCH_OF_CAPABILITY
+
+
+def test_builtin_packs_hold_both_archs():
+    ops = {o["op"]: o for o in tkreg.list_ops()}
+    for name in ("tkreg.rms_norm", "tkreg.gemm"):
+        assert ops[name]["archs"] == ["sm_100a", "sm_90a"], ops[name]
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_gemm_priority_picks_small_tile_for_decode(arch):
+    a, b = torch.empty(16, 256, dtype=BF16), torch.empty(512, 256, dtype=BF16)
+    e = tkreg.explain("gemm", a, b, arch=arch)
+    assert "block_M=64" in e.chosen
+    big = tkreg.explain("gemm", torch.empty(1000, 256, dtype=BF16), b, arch=arch)
+    assert "block_M=128" in big.chosen
+    assert any("needs M <= 64" in why for _, _, why in big.rows)
+
+
+@pytest.mark.parametrize("n", [1024, 4096, 7168])
+@pytest.mark.parametrize("dt", [BF16, FP16])
+def test_rms_norm_picks_hidden_size_and_dtype(n, dt):
+    e = tkreg.explain("rms_norm", torch.empty(3, n, dtype=dt), torch.empty(n, dtype=dt), arch="sm_90a")
+    assert e.chosen == f"N={n},dtype={str(dt)[6:]},threads={256 if n >= 4096 else 128}"
+    assert sum(c for _, c, _ in e.rows) == 1
+
+
+def test_no_variant_lists_every_candidate_with_a_reason():
+    e = tkreg.explain("rms_norm", torch.empty(3, 1000, dtype=BF16), torch.empty(1000, dtype=BF16), arch="sm_90a")
+    assert e.chosen is None
+    assert all(why.startswith(("needs N ==", "`x` is")) for _, _, why in e.rows)
+    assert "no variant accepts" in str(e)
+
+
+def test_cpu_tensors_are_refused_naming_the_fix(monkeypatch):
+    monkeypatch.delenv("TKREG_FALLBACK", raising=False)
+    with pytest.raises(ValueError, match="TKREG_FALLBACK=reference"):
+        tkreg.ops.rms_norm(torch.randn(2, 1024, dtype=BF16), torch.randn(1024, dtype=BF16))
+
+
+def test_reference_fallback_on_cpu(monkeypatch, seed):
+    monkeypatch.setenv("TKREG_FALLBACK", "reference")
+    x, w = torch.randn(5, 2048, dtype=BF16), torch.randn(2048, dtype=BF16)
+    torch.testing.assert_close(tkreg.ops.rms_norm(x, w, 1e-5), reference.rms_norm(x, w, 1e-5), rtol=0, atol=0)
+    out = torch.empty_like(x)
+    assert tkreg.ops.rms_norm(x, w, out=out) is out
+    a, b = torch.randn(7, 64, dtype=BF16), torch.randn(24, 64, dtype=BF16)
+    torch.testing.assert_close(tkreg.call("tkreg.gemm", a, b), reference.gemm(a, b))
+
+
+def test_unsupported_arch_message(monkeypatch):
+    monkeypatch.delenv("TKREG_FALLBACK", raising=False)
+    r = Registry()
+    monkeypatch.setattr(r, "arch_of", lambda dev: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (8, 0))
+    e = r.entry("tkreg.rms_norm")
+    with pytest.raises(UnsupportedDeviceError, match=r"8\.0.*sm_100a.*sm_90a.*TKREG_FALLBACK"):
+        r._resolve(e, 0)
+    monkeypatch.setenv("TKREG_FALLBACK", "reference")
+    assert r._resolve(e, 0) is None
+
+
+# ---- bad input, each class -------------------------------------------------------------------
+def rms(x, w, **kw):
+    return tkreg.ops.rms_norm(x, w, **kw)
+
+
+@pytest.mark.parametrize("make, err, msg", [
+    (lambda: rms(torch.randn(2, 1024), torch.randn(1024)), TypeError, "`x` has dtype torch.float32; expected torch.float16 or torch.bfloat16"),
+    (lambda: rms(torch.randn(2, 1024, dtype=BF16), torch.randn(1024, dtype=FP16)), TypeError, "`weight` has dtype torch.float16; expected torch.bfloat16, the dtype of `x`"),
+    (lambda: rms(torch.randn(1024, dtype=BF16), torch.randn(1024, dtype=BF16)), ValueError, "`x` must have 2 dims"),
+    (lambda: rms(torch.randn(2, 1024, dtype=BF16), torch.randn(512, dtype=BF16)), ValueError, r"`weight` has shape \(512,\); expected \(1024,\)"),
+    (lambda: rms(torch.randn(1024, 2, dtype=BF16).t(), torch.randn(1024, dtype=BF16)), ValueError, "`x` must be contiguous"),
+    (lambda: rms(torch.randn(2, 1025, dtype=BF16)[:, 1:], torch.randn(1024, dtype=BF16)), ValueError, "`x` must be contiguous"),
+    (lambda: rms(torch.randn(2 * 1024 + 1, dtype=BF16)[1:].view(2, 1024), torch.randn(1024, dtype=BF16)), ValueError, "not 16-byte aligned"),
+    (lambda: rms(torch.empty(2**21, 1024, dtype=BF16, device="meta"), torch.empty(1024, dtype=BF16, device="meta")), ValueError, "int32"),
+    (lambda: rms("x", torch.randn(1024, dtype=BF16)), TypeError, "`x` must be a torch.Tensor"),
+    (lambda: rms(None, torch.randn(1024, dtype=BF16)), TypeError, "`x` is required"),
+    (lambda: rms(torch.randn(2, 1024, dtype=BF16), torch.randn(1024, dtype=BF16), out=torch.empty(3, 1024, dtype=BF16)), ValueError, "`out` has shape"),
+    (lambda: rms(torch.randn(2, 1024, dtype=BF16), torch.randn(1024, dtype=BF16), out=torch.empty(2, 1024)), TypeError, "`out` has dtype"),
+    (lambda: tkreg.ops.gemm(torch.randn(4, 8, dtype=FP16), torch.randn(4, 8, dtype=FP16)), TypeError, "`a` has dtype torch.float16; expected torch.bfloat16"),
+    (lambda: tkreg.ops.gemm(torch.randn(4, 8, dtype=BF16), torch.randn(4, 16, dtype=BF16)), ValueError, r"`b` has shape \(4, 16\); expected \(4, 8\)"),
+    (lambda: tkreg.call("tkreg.gemm", torch.randn(4, 8, dtype=BF16)), TypeError, "missing tensor `b`"),
+    (lambda: tkreg.call("tkreg.rms_norm", torch.randn(4, 8, dtype=BF16), torch.randn(8, dtype=BF16), epsilon=1.0), TypeError, "unexpected argument"),
+    (lambda: tkreg.call("tkreg.nope"), NoKernelError, "unknown op 'tkreg.nope'"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_bad_input_classes(make, err, msg, monkeypatch):
+    monkeypatch.delenv("TKREG_FALLBACK", raising=False)
+    with pytest.raises(err, match=msg):
+        make()
+
+
+dims = st.integers(0, 9)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(m=dims, n=st.sampled_from([1024, 2048, 5120]), wn=st.sampled_from([1024, 2048, 5120]),
+       dtx=st.sampled_from([BF16, FP16, torch.float32]), dtw=st.sampled_from([BF16, FP16, torch.float32]),
+       transpose=st.booleans(), offset=st.sampled_from([0, 1, 8]))
+def test_bad_inputs_never_reach_the_gpu(m, n, wn, dtx, dtw, transpose, offset, monkeypatch):
+    """Whatever the mix, a CPU call either fails a named check or reaches the device check."""
+    monkeypatch.delenv("TKREG_FALLBACK", raising=False)
+    x = torch.randn(m * n + offset, dtype=dtx)[offset:]
+    x = x.view(n, m).t() if transpose and m > 1 else x.view(m, n)
+    w = torch.randn(wn, dtype=dtw)
+    valid = dtx in (BF16, FP16) and dtw == dtx and wn == n and not (transpose and m > 1) \
+        and (offset * x.element_size() % 16 == 0 or m == 0)
+    with pytest.raises((TypeError, ValueError)) as info:
+        rms(x, w)
+    text = str(info.value)
+    assert text.startswith("tkreg.rms_norm")
+    assert ("on the CPU" in text) == valid, text
+
+
+# ---- packs -----------------------------------------------------------------------------------
+def _copy_pack(tmp_path) -> Path:
+    dst = tmp_path / "pack"
+    shutil.copytree(BUILTIN_PACKS, dst)
+    return dst
+
+
+def test_builtin_packs_verify():
+    assert manifest.verify(BUILTIN_PACKS) == []
+
+
+def test_missing_and_corrupt_cubin(tmp_path):
+    p = _copy_pack(tmp_path)
+    m = manifest.load(p / "sm_90a" / "manifest.json")
+    v = m["ops"]["tkreg.gemm"]["variants"][0]
+    (p / "sm_90a" / v["cubin"]).write_bytes(b"\x7fELF garbage")
+    with pytest.raises(PackError, match="sha256"):
+        manifest.read_cubin(p / "sm_90a", v, "tkreg.gemm")
+    (p / "sm_90a" / v["cubin"]).unlink()
+    with pytest.raises(PackError, match="missing"):
+        manifest.read_cubin(p / "sm_90a", v, "tkreg.gemm")
+    problems = manifest.verify(p)
+    assert len(problems) == 1 and "missing" in problems[0]
+
+
+def test_elf_arch_mismatch_is_caught(tmp_path):
+    p = _copy_pack(tmp_path)
+    m90 = json.loads((p / "sm_90a" / "manifest.json").read_text())
+    v = m90["ops"]["tkreg.gemm"]["variants"][0]
+    data = (p / "sm_100a" / v["cubin"]).read_bytes()  # an sm_100a cubin in the sm_90a folder
+    (p / "sm_90a" / v["cubin"]).write_bytes(data)
+    import hashlib
+    v["sha256"] = hashlib.sha256(data).hexdigest()
+    manifest.dump(p / "sm_90a" / "manifest.json", m90)
+    assert any("expected sm_90a" in x for x in manifest.verify(p))
+
+
+@pytest.mark.parametrize("corrupt, msg", [
+    (lambda t: "{not json", "corrupt manifest"),
+    (lambda t: json.dumps({**json.loads(t), "schema": 99}), "newer than this tkreg"),
+    (lambda t: json.dumps({**json.loads(t), "arch": "sm_80"}), "sits in folder"),
+    (lambda t: json.dumps({k: v for k, v in json.loads(t).items() if k != "ops"}), "`ops` missing"),
+])
+def test_broken_pack_is_skipped_and_builtins_keep_working(tmp_path, corrupt, msg):
+    p = _copy_pack(tmp_path)
+    f = p / "sm_90a" / "manifest.json"
+    f.write_text(corrupt(f.read_text()))
+    r = Registry()
+    r._ensure()
+    with pytest.warns(RuntimeWarning, match=msg):
+        r._add_pack(p, "test:broken")
+    assert r.sources[-1].state.startswith("skipped")
+    assert r.entry("tkreg.gemm").owner == "tkreg (built-in)"
+
+
+def test_duplicate_op_without_extends_keeps_the_builtin(tmp_path):
+    r = Registry()
+    r._ensure()
+    with pytest.warns(RuntimeWarning, match="also defines tkreg.gemm"):
+        r._add_pack(_copy_pack(tmp_path), "test:dup")
+    assert r.entry("tkreg.gemm").owner == "tkreg (built-in)"
+    assert len(r.entry("tkreg.gemm").variants["sm_90a"]) == 2
+
+
+def test_register_pack_adds_ops(tmp_path):
+    p = _copy_pack(tmp_path)
+    for arch in ("sm_90a", "sm_100a"):
+        f = p / arch / "manifest.json"
+        m = json.loads(f.read_text())
+        op = m["ops"].pop("tkreg.gemm")
+        op["spec"]["name"] = "mine.gemm"
+        m["ops"] = {"mine.gemm": op}
+        manifest.dump(f, m)
+    r = Registry()
+    r.register_pack(p)
+    assert r.entry("mine.gemm").owner.startswith("register_pack:")
+    assert "tkreg.rms_norm" in r.entries
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        REGISTRY._ensure()

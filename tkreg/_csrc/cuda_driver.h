@@ -1,0 +1,72 @@
+/* The slice of the CUDA driver API the launcher uses, declared here so the wheel builds with no
+ * CUDA toolkit and links no CUDA library: libcuda.so.1 is dlopen'ed on first use.  Layouts and
+ * enum values follow cuda.h of CUDA 12/13 (ABI-stable). */
+#ifndef TKREG_CUDA_DRIVER_H
+#define TKREG_CUDA_DRIVER_H
+#include <stdint.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+
+#define CUDA_SUCCESS 0
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
+#define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+
+typedef struct { _Alignas(64) uint64_t opaque[16]; } CUtensorMap;
+
+typedef enum {
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
+} CUlaunchAttributeID;
+
+typedef union {
+    char pad[64];
+    struct { unsigned int x, y, z; } clusterDim;
+    int cooperative;
+    int programmaticStreamSerializationAllowed;
+} CUlaunchAttributeValue;
+
+typedef struct {
+    CUlaunchAttributeID id;
+    char pad[8 - sizeof(CUlaunchAttributeID)];
+    CUlaunchAttributeValue value;
+} CUlaunchAttribute;
+
+typedef struct {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
+/* Every driver entry point we call, resolved with dlsym. */
+#define TKREG_CU_FUNCS(X)                                                                       \
+    X(cuInit, (unsigned int))                                                                   \
+    X(cuDriverGetVersion, (int *))                                                              \
+    X(cuDeviceGet, (CUdevice *, int))                                                           \
+    X(cuDeviceGetCount, (int *))                                                                \
+    X(cuDeviceGetAttribute, (int *, int, CUdevice))                                             \
+    X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                        \
+    X(cuCtxGetCurrent, (CUcontext *))                                                           \
+    X(cuCtxSetCurrent, (CUcontext))                                                             \
+    X(cuModuleLoadData, (CUmodule *, const void *))                                             \
+    X(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))                              \
+    X(cuFuncSetAttribute, (CUfunction, int, int))                                               \
+    X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,  \
+                       unsigned, CUstream, void **, void **))                                   \
+    X(cuLaunchKernelEx, (const CUlaunchConfig *, CUfunction, void **, void **))                 \
+    X(cuTensorMapEncodeTiled, (CUtensorMap *, int, uint32_t, void *, const uint64_t *,          \
+                               const uint64_t *, const uint32_t *, const uint32_t *, int, int,  \
+                               int, int))                                                       \
+    X(cuGetErrorName, (CUresult, const char **))                                                \
+    X(cuGetErrorString, (CUresult, const char **))
+
+#endif

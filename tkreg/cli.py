@@ -1,0 +1,110 @@
+"""`tkreg` / `python -m tkreg`: list, doctor, verify, bench."""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+
+
+def _list(args) -> int:
+    from .api import list_ops
+    ops = list_ops()
+    if args.json:
+        print(json.dumps(ops, indent=1))
+        return 0
+    if not ops:
+        print("no ops registered (see `tkreg doctor`)")
+        return 1
+    print(f"{'op':26} {'archs':18} {'dtypes':24} variants")
+    for o in ops:
+        dt = "; ".join(f"{k}: {'/'.join(v)}" for k, v in o["dtypes"].items())
+        nv = ", ".join(f"{a}: {len(v)}" for a, v in o["variants"].items())
+        print(f"{o['op']:26} {','.join(o['archs']):18} {dt:24} {nv}")
+    return 0
+
+
+def _doctor(args) -> int:
+    from . import __version__, env
+    from .registry import ARCH_OF_CAPABILITY, REGISTRY
+    print(f"tkreg {__version__} on Python {platform.python_version()} ({platform.machine()})")
+    try:
+        import torch
+        print(f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'})")
+    except ImportError:
+        print("torch: not importable")
+    REGISTRY._ensure()
+    have_archs = sorted({a for e in REGISTRY.entries.values() for a in e.variants})
+    try:
+        from ._runtime import launcher
+        ver, caps = launcher().driver_info()
+        print(f"CUDA driver {ver // 1000}.{ver % 1000 // 10}; {len(caps)} GPU(s)")
+        for i, cap in enumerate(caps):
+            arch = ARCH_OF_CAPABILITY.get(tuple(cap))
+            served = arch in have_archs
+            how = (f"served by pack {arch}" if served else
+                   "no pack: ops raise UnsupportedDeviceError" + (" (TKREG_FALLBACK=reference: torch reference runs)"
+                                                                 if env.fallback_reference() else ""))
+            print(f"  cuda:{i}: compute capability {cap[0]}.{cap[1]} -> {how}")
+    except Exception as e:  # noqa: BLE001 - doctor reports, never fails on a missing driver
+        print(f"CUDA driver: unavailable ({e})")
+    print("packs:")
+    for s in REGISTRY.sources:
+        print(f"  {s.name}: {s.state}" + (f"; archs {', '.join(s.archs)}; {len(s.ops)} op(s)" if s.archs else "")
+              + (f" [{s.path}]" if s.path else ""))
+    switches = env.in_force()
+    print("environment: " + (", ".join(f"{k}={v}" for k, v in switches.items()) or "no TKREG_* switch set"))
+    for k, v in env.SWITCHES.items():
+        print(f"  {k}: {v}")
+    return 0
+
+
+def _verify(args) -> int:
+    from . import manifest
+    from .registry import REGISTRY
+    REGISTRY._ensure()
+    bad = 0
+    for s in REGISTRY.sources:
+        if s.path is None or not s.archs:
+            if s.state.startswith("skipped"):
+                print(f"SKIPPED {s.name}: {s.state}")
+            continue
+        problems = manifest.verify(s.path)
+        for p in problems:
+            print(f"FAIL {s.name}: {p}")
+        n = sum(1 for e in REGISTRY.entries.values() for vs in e.variants.values()
+                for v in vs if v[2] == s.name)
+        if not problems:
+            print(f"ok   {s.name}: {n} cubin(s) in {', '.join(s.archs)}: sha256 and ELF arch match")
+        bad += len(problems)
+    if not any(s.archs for s in REGISTRY.sources):
+        print("FAIL: no kernel pack found")
+        return 1
+    return 1 if bad else 0
+
+
+def _bench(args) -> int:
+    from .bench import main as bench_main
+    return bench_main(args)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="tkreg", description="tkreg kernel registry")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("list", help="registered ops, archs, dtypes and variants")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_list)
+    sub.add_parser("doctor", help="driver, GPUs, packs, plugins and switches (works without a GPU)").set_defaults(fn=_doctor)
+    sub.add_parser("verify", help="check sha256 and ELF arch of every cubin; exit 1 on a mismatch").set_defaults(fn=_verify)
+    b = sub.add_parser("bench", help="time each op beside its peers on this GPU")
+    b.add_argument("--ops", nargs="*", default=None, help="op names (default all)")
+    b.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
+    b.add_argument("--json", default=None, help="write results to this file")
+    b.add_argument("--plot", default=None, help="write a bar chart (needs matplotlib)")
+    b.set_defaults(fn=_bench)
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The registry: kernel packs -> ops -> per-device variant tables for the native launcher.
+
+Packs load lazily on first use (built-in, then TKREG_PACKS / register_pack, then plugins), so
+`import tkreg` reads no file.  Each op becomes one `_launcher.Op` the first time it is called;
+its per-arch `Variant` tables are made the first time a device of that arch calls it.  The
+C side validates, selects (priority order, first accepted) and launches; Python only answers
+"which variants serve this device?" once per (op, device).
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import threading
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import assemble, env, manifest
+from .elf import ARCHS
+from .errors import NoKernelError, PackError, UnsupportedDeviceError
+from .spec import DTYPES, OpSpec
+
+log = logging.getLogger("tkreg")
+
+ARCH_OF_CAPABILITY = {cap: arch for arch, cap in ARCHS.items()}
+BUILTIN_PACKS = Path(__file__).resolve().parent / "packs"
+
+
+@dataclass
+class PackSource:
+    """One pack the registry saw, for `tkreg doctor` and `tkreg list`."""
+    name: str
+    path: Path | None
+    state: str = "loaded"
+    archs: list = field(default_factory=list)
+    ops: list = field(default_factory=list)
+
+
+@dataclass
+class OpEntry:
+    spec: OpSpec
+    owner: str
+    variants: dict = field(default_factory=dict)   # arch -> [(variant json, arch dir, source name)]
+    tables: dict = field(default_factory=dict)     # arch -> tuple[_launcher.Variant]
+
+    def archs(self) -> list[str]:
+        return sorted(self.variants)
+
+
+def _signature(spec: OpSpec) -> dict:
+    d = spec.to_json()
+    d.pop("extends", None)
+    d.pop("doc", None)
+    d.pop("reference", None)
+    return d
+
+
+class Registry:
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._loaded = False
+        self.sources: list[PackSource] = []
+        self.entries: dict[str, OpEntry] = {}
+        self._ops: dict = {}
+        self._extra: list[Path] = []
+
+    # ---- loading ------------------------------------------------------------------------
+    def _ensure(self):
+        if not self._loaded:
+            with self._lock:
+                if not self._loaded:
+                    self._load_all()
+                    self._loaded = True
+
+    def _load_all(self):
+        self._add_pack(BUILTIN_PACKS, "tkreg (built-in)", builtin=True)
+        for p in env.extra_packs():
+            self._add_pack(Path(p), f"TKREG_PACKS:{p}")
+        for p in self._extra:
+            self._add_pack(p, f"register_pack:{p}")
+        from . import plugins
+        for name, path, err in plugins.discover():
+            if err:
+                self._skip(PackSource(f"plugin:{name}", path), err)
+            else:
+                self._add_pack(path, f"plugin:{name}")
+
+    def _skip(self, src: PackSource, why: str):
+        src.state = f"skipped: {why}"
+        self.sources.append(src)
+        warnings.warn(f"tkreg: {src.name}: skipped: {why}", RuntimeWarning, stacklevel=4)
+
+    def _add_pack(self, path: Path, name: str, builtin=False):
+        src = PackSource(name, Path(path))
+        dirs = manifest.arch_dirs(path)
+        if not dirs:
+            if builtin:  # a source checkout or a wheel built with TKREG_BUILD_PACKS=OFF
+                src.state = "absent (wheel built without packs)"
+                self.sources.append(src)
+                return
+            return self._skip(src, f"no <arch>/{manifest.FILENAME} under {path}")
+        loaded = []
+        try:
+            for d in dirs:
+                loaded.append((d, manifest.load(d / manifest.FILENAME)))
+        except PackError as e:
+            return self._skip(src, str(e))
+        staged: dict[str, OpEntry] = {}
+        for d, m in loaded:
+            for op_name, op in m["ops"].items():
+                try:
+                    spec = OpSpec.from_json(op["spec"])
+                except Exception as e:  # noqa: BLE001 - a malformed spec skips the pack, not tkreg
+                    return self._skip(src, f"op {op_name}: bad spec ({e})")
+                e = staged.setdefault(op_name, OpEntry(spec, name))
+                e.variants.setdefault(m["arch"], []).extend((v, d, name) for v in op["variants"])
+            src.archs.append(m["arch"])
+        for op_name, new in staged.items():
+            cur = self.entries.get(op_name)
+            if cur is None:
+                if new.spec.extends:
+                    warnings.warn(f"tkreg: {name} extends {op_name}, which no pack defines; ignored",
+                                  RuntimeWarning, stacklevel=4)
+                    continue
+                self.entries[op_name] = new
+            elif new.spec.extends and _signature(new.spec) == _signature(cur.spec):
+                for arch, vs in new.variants.items():
+                    cur.variants.setdefault(arch, []).extend(vs)
+            else:
+                why = ("its signature differs" if new.spec.extends else "it does not set extends=True")
+                warnings.warn(f"tkreg: {name} also defines {op_name} (owned by {cur.owner}); {why}, so "
+                              f"{cur.owner}'s stays", RuntimeWarning, stacklevel=4)
+                continue
+            src.ops.append(op_name)
+        self.sources.append(src)
+
+    def register_pack(self, path) -> PackSource:
+        """Add a pack folder (holding <arch>/manifest.json) copied onto this machine."""
+        path = Path(path)
+        with self._lock:
+            if self._loaded:
+                n = len(self.sources)
+                self._add_pack(path, f"register_pack:{path}")
+                self._ops.clear()  # ops built before see the new variants on next use
+                OPS.clear()
+                return self.sources[n] if len(self.sources) > n else self.sources[-1]
+            self._extra.append(path)
+        self._ensure()
+        return next(s for s in self.sources if s.path == path)
+
+    # ---- ops ------------------------------------------------------------------------------
+    def entry(self, name: str) -> OpEntry:
+        self._ensure()
+        e = self.entries.get(name) or self.entries.get(f"tkreg.{name}")
+        if e is None:
+            known = ", ".join(sorted(self.entries)) or "none (no pack loaded: see `tkreg doctor`)"
+            raise NoKernelError(f"unknown op {name!r}; registered ops: {known}")
+        return e
+
+    def op(self, name: str):
+        """The native `_launcher.Op` for `name` (built once)."""
+        o = self._ops.get(name)
+        if o is None:
+            with self._lock:
+                o = self._ops.get(name)
+                if o is None:
+                    o = self._ops[name] = self._build_op(self.entry(name))
+        return o
+
+    def _build_op(self, e: OpEntry):
+        from ._runtime import launcher
+        words, strings = assemble.op_words(e.spec)
+        return launcher().Op(e.spec.name, words, strings,
+                             functools.partial(self._resolve, e), functools.partial(_fallback, e.spec))
+
+    def arch_of(self, dev: int) -> str | None:
+        import torch
+        return ARCH_OF_CAPABILITY.get(tuple(torch.cuda.get_device_capability(dev)))
+
+    def _resolve(self, e: OpEntry, dev: int):
+        """Variants serving `dev` in priority order; None runs the reference (when allowed)."""
+        fallback = env.fallback_reference()
+        if dev < 0:
+            if fallback:
+                return None
+            raise ValueError(f"{e.spec.name}: arguments are on the CPU; tkreg kernels run on CUDA "
+                             "devices (set TKREG_FALLBACK=reference to run the torch reference)")
+        arch = self.arch_of(dev)
+        if arch is None or arch not in e.variants:
+            if fallback:
+                return None
+            import torch
+            cap = "%d.%d" % tuple(torch.cuda.get_device_capability(dev))
+            raise UnsupportedDeviceError(
+                f"{e.spec.name}: cuda:{dev} has compute capability {cap}"
+                + (f" ({arch})" if arch else "") + f"; the installed packs hold {e.archs() or 'nothing'} "
+                "for this op. Set TKREG_FALLBACK=reference to run the torch reference instead.")
+        return self.table(e, arch)
+
+    def table(self, e: OpEntry, arch: str) -> tuple:
+        t = e.tables.get(arch)
+        if t is None:
+            from ._runtime import launcher
+            V = launcher().Variant
+            rows = sorted(e.variants[arch], key=lambda r: (-r[0].get("priority", 0), r[0]["key"]))
+            t = tuple(V(v["key"], *assemble.variant_words(e.spec, v),
+                        functools.partial(manifest.read_cubin, d, v, e.spec.name)) for v, d, _ in rows)
+            e.tables[arch] = t
+        return t
+
+    def explain(self, name: str, args: tuple, arch: str | None = None) -> list:
+        """[(variant key, chosen, reason)] for a launcher-ordered call, without launching."""
+        e = self.entry(name)
+        op = self.op(e.spec.name)
+        if arch is None:
+            dev = op.device_of(args)
+            table = self._resolve(e, dev)
+            if table is None:
+                return [("<torch reference>", True, "TKREG_FALLBACK=reference and no pack serves this device")]
+        else:
+            if arch not in e.variants:
+                raise UnsupportedDeviceError(f"{e.spec.name}: no variants for {arch}; have {e.archs()}")
+            table = self.table(e, arch)
+        return op.explain(args, table)
+
+
+def _fallback(spec: OpSpec, args: tuple, miss: str | None):
+    """Called by the launcher when no pack serves the device (miss=None: the user opted in), or
+    when no variant accepts the arguments (miss: the explanation)."""
+    if miss is not None and not env.fallback_reference():
+        raise NoKernelError(miss)
+    return _run_reference(spec, args)
+
+
+def _run_reference(spec: OpSpec, args: tuple):
+    """TKREG_FALLBACK=reference: the torch reference, writing into `out=` tensors if given."""
+    mod, _, fn = (spec.reference or "").partition(":")
+    if not fn:
+        raise UnsupportedDeviceError(f"{spec.name} has no torch reference to fall back to")
+    ref = getattr(importlib.import_module(mod), fn)
+    nt = len(spec.tensors)
+    kw, outs = {}, []
+    for t, a in zip(spec.tensors, args[:nt]):
+        if t.role in ("input", "inplace"):
+            kw[t.name] = a
+        elif t.role == "output":
+            outs.append(a)
+    for s, a in zip(spec.scalars, args[nt:]):
+        kw[s.name] = a
+    res = ref(**kw)
+    res = res if isinstance(res, tuple) else (res,) if res is not None else ()
+    final = []
+    for given, r in zip(outs, res):
+        if given is not None:
+            given.copy_(r)
+            r = given
+        final.append(r)
+    return final[0] if len(final) == 1 else (tuple(final) if final else None)
+
+
+REGISTRY = Registry()
+
+
+class _OpTable(dict):
+    """name -> native Op, built on first lookup (the typed functions' fast path)."""
+
+    def __missing__(self, name):
+        op = self[name] = REGISTRY.op(name)
+        return op
+
+
+OPS = _OpTable()

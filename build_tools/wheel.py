@@ -138,8 +138,22 @@ def venv_cuda_home() -> Path:
     return Path(out) / "nvidia" / "cu13"
 
 
+def missing_headers(home: Path) -> list[str]:
+    """Headers tilelang's kernels include that the toolkit at `home` lacks: CCCL's
+    <cuda/std/limits> (nvidia-cuda-cccl) and the runtime's <cuda_fp8.h> (nvidia-cuda-runtime)."""
+    missing = []
+    for header in ("cuda/std/limits", "cuda_fp8.h"):
+        pats = [home / "include" / header, home / "include" / "cccl" / header,
+                home / "targets" / "*" / "include" / header,
+                home / "targets" / "*" / "include" / "cccl" / header]
+        if not any(glob.glob(str(p)) for p in pats):
+            missing.append(header)
+    return missing
+
+
 def find_nvcc() -> tuple[Path, Path]:
-    """(nvcc, CUDA_HOME) of an nvcc 13.0, installing the PyPI one into .venv if none is found."""
+    """(nvcc, CUDA_HOME) of a complete nvcc 13.0 toolkit: $CUDA_HOME's, the one on PATH, or the
+    PyPI one in .venv, which is installed when none of the others will do."""
     cands = []
     if os.environ.get("CUDA_HOME"):
         cands.append(Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc")
@@ -151,28 +165,22 @@ def find_nvcc() -> tuple[Path, Path]:
         if not c.exists():
             continue
         rel = nvcc_release(c)
-        seen.append(f"{c} (release {rel})")
-        if rel == NVCC_RELEASE:
-            return c, cuda_home_of(c)
-    log("no nvcc " + NVCC_RELEASE + " found" + (f" (saw {', '.join(seen)})" if seen else "")
+        if rel != NVCC_RELEASE:
+            seen.append(f"{c} is release {rel}")
+            continue
+        home = cuda_home_of(c)
+        missing = missing_headers(home)
+        if not missing:
+            return c, home
+        seen.append(f"{home} lacks {', '.join(missing)}")
+    log(f"no complete nvcc {NVCC_RELEASE} toolkit found" + (f" ({'; '.join(seen)})" if seen else "")
         + f"; installing {CUDA_REQS.relative_to(ROOT)} into .venv")
     run([VPY, "-m", "pip", "install", "--disable-pip-version-check", "-r", CUDA_REQS])
     nvcc = venv_cuda_home() / "bin" / "nvcc"
-    if nvcc_release(nvcc) != NVCC_RELEASE:
-        raise Failed(f"{nvcc} is not nvcc {NVCC_RELEASE} after installing {CUDA_REQS.name}")
+    if nvcc_release(nvcc) != NVCC_RELEASE or missing_headers(cuda_home_of(nvcc)):
+        raise Failed(f"{nvcc} is not a complete nvcc {NVCC_RELEASE} toolkit after installing "
+                     f"{CUDA_REQS.name}")
     return nvcc, cuda_home_of(nvcc)
-
-
-def check_headers(home: Path) -> None:
-    """tilelang's kernels include CCCL (<cuda/std/limits>) and the runtime's cuda_fp8.h."""
-    for header in ("cuda/std/limits", "cuda_fp8.h"):
-        pats = [home / "include" / header, home / "include" / "cccl" / header,
-                home / "targets" / "*" / "include" / header,
-                home / "targets" / "*" / "include" / "cccl" / header]
-        if not any(glob.glob(str(p)) for p in pats):
-            raise Failed(f"the CUDA toolkit at {home} lacks <{header}>, which the kernels include; "
-                         f"install nvidia-cuda-cccl / nvidia-cuda-runtime (see {CUDA_REQS.name}) "
-                         "or unset CUDA_HOME and take nvcc off PATH so this script installs them")
 
 
 # --- 3. the wheel ---------------------------------------------------------------------------------
@@ -303,7 +311,6 @@ def main() -> int:
         if packs_on():
             with stage("nvcc"):
                 nvcc, home = find_nvcc()
-                check_headers(home)
                 log(f"nvcc {NVCC_RELEASE}: {nvcc}  CUDA_HOME={home}")
                 env["CUDA_HOME"] = str(home)
                 env["PATH"] = f"{home / 'bin'}{os.pathsep}{env.get('PATH', '')}"

@@ -36,6 +36,19 @@ def _prog(words: list, prog: list, slot: dict) -> None:
     words.extend(code)
 
 
+def _alloc_sources(spec: OpSpec, t) -> tuple[int, int]:
+    """(like, newsrc) for an output: an input it can be `empty_like`d from (same shape and
+    dtype), and one it can be `new_empty`ed from (same dtype); -1 when none."""
+    like = newsrc = -1
+    if t.role in ("output", "scratch") and t.dtype_of:
+        for i, u in enumerate(spec.tensors):
+            if u.role in ("input", "inplace") and not u.optional and u.name == t.dtype_of:
+                newsrc = i
+                if tuple(map(str, u.shape)) == tuple(map(str, t.shape)):
+                    like = i
+    return like, newsrc
+
+
 def op_words(spec: OpSpec) -> tuple[bytes, tuple]:
     slot = slots(spec)
     strings = _Strings()
@@ -48,7 +61,7 @@ def op_words(spec: OpSpec) -> tuple[bytes, tuple]:
             mode, arg = 1, index[t.dtype_of]
         else:
             mode, arg = 2, DTYPES.index(t.dtype)
-        w += [_ROLE[t.role], int(t.optional), len(t.shape), mode, arg, strings(t.name)]
+        w += [_ROLE[t.role], int(t.optional), len(t.shape), mode, arg, strings(t.name), *_alloc_sources(spec, t)]
         for d in t.dims():
             _prog(w, d, slot)
     for s in spec.scalars:

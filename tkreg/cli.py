@@ -36,7 +36,9 @@ def _doctor(args) -> int:
     REGISTRY._ensure()
     have_archs = sorted({a for e in REGISTRY.entries.values() for a in e.variants})
     try:
-        from ._runtime import launcher
+        from ._runtime import SHIM_STATE, launcher
+        launcher()
+        print("tensor reads: " + ("fast path (" if SHIM_STATE["active"] else "attribute path (") + SHIM_STATE["why"] + ")")
         ver, caps = launcher().driver_info()
         print(f"CUDA driver {ver // 1000}.{ver % 1000 // 10}; {len(caps)} GPU(s)")
         for i, cap in enumerate(caps):

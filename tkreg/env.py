@@ -8,6 +8,7 @@ SWITCHES = {
     "TKREG_PLUGINS": "comma-separated allow-list of plugin entry-point names to load",
     "TKREG_DISABLE_PLUGINS": "`1`: load no plugin packs",
     "TKREG_PACKS": "extra pack folders to load, separated by `:` (like tkreg.register_pack)",
+    "TKREG_DISABLE_SHIM": "`1`: read tensors through their Python attributes, not torch's C shim (slower)",
 }
 
 
@@ -25,6 +26,10 @@ def plugins_disabled() -> bool:
 def plugin_allow_list() -> set | None:
     v = os.environ.get("TKREG_PLUGINS")
     return None if v is None else {p.strip() for p in v.split(",") if p.strip()}
+
+
+def shim_disabled() -> bool:
+    return os.environ.get("TKREG_DISABLE_SHIM", "").strip() not in ("", "0")
 
 
 def extra_packs() -> list[str]:

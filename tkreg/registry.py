@@ -214,7 +214,7 @@ class Registry:
         e = self.entry(name)
         op = self.op(e.spec.name)
         if arch is None:
-            dev = op.device_of(args)
+            dev = op.device_of(*args)
             table = self._resolve(e, dev)
             if table is None:
                 return [("<torch reference>", True, "TKREG_FALLBACK=reference and no pack serves this device")]

@@ -53,8 +53,32 @@ static char g_cuda_err[512];
 static CUcontext g_ctx[MAXDEV];
 
 static PyObject *g_dtypes[NDTYPES], *g_empty, *g_get_stream;
+/* torch.Tensor's own method descriptors, called directly: skips the per-call method lookup. */
+static PyObject *m_data_ptr, *m_size, *m_is_contiguous, *m_get_device, *m_stride, *m_empty_like, *m_new_empty;
 static PyObject *g_LaunchError;
-static PyObject *s_dtype, *s_shape, *s_stride, *s_data_ptr, *s_get_device, *s_device;
+static PyObject *s_dtype, *s_cdata;
+
+/* Fast path: torch's ABI-stable C shim (the AOTInductor `aoti_torch_*` functions, exported by
+ * the libtorch that `import torch` already loaded; dlsym'ed, never linked) reads sizes, strides,
+ * dtype, device and data pointer of a plain tensor in nanoseconds, where the attribute calls cost
+ * ~350 ns per tensor.  The handle is the address of the tensor's TensorImpl* (`Tensor._cdata`),
+ * which is what an at::Tensor is.  Used only for exact torch.Tensor / nn.Parameter objects on CPU
+ * or CUDA, and only after a self-check against the attribute path; anything else takes that path. */
+typedef int32_t (*shim_get_p)(void *, void **);
+typedef int32_t (*shim_get_pi64)(void *, int64_t **);
+typedef int32_t (*shim_get_i64)(void *, int64_t *);
+typedef int32_t (*shim_get_i32)(void *, int32_t *);
+static struct {
+    int ok;
+    shim_get_p data_ptr;
+    shim_get_pi64 sizes, strides;
+    shim_get_i64 dim;
+    shim_get_i32 dtype, device_type, device_index;
+    int32_t (*stream)(int32_t, void **);
+    int32_t scalar_type[NDTYPES], cpu, cuda;
+    PyObject *types[2];
+} g_shim;
+
 
 static int cuda_load(void) {
     if (g_cuda_state == 1) return 0;
@@ -349,7 +373,9 @@ static int variant_load(Variant *v, int dev, PyObject *opname) {
 }
 
 /* ---- Op ----------------------------------------------------------------------------------- */
-typedef struct { int role, optional, rank, dmode, darg, name; Prog dims[MAXRANK]; } TSig;
+/* like: an input whose shape and dtype an allocated output shares (empty_like); newsrc: one
+ * whose dtype it shares (new_empty); -1 when none. */
+typedef struct { int role, optional, rank, dmode, darg, name, like, newsrc; Prog dims[MAXRANK]; } TSig;
 
 typedef struct {
     PyObject_HEAD
@@ -395,6 +421,8 @@ static PyObject *Op_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
         TSig *t = &o->t[i];
         t->role = (int)next(&c); t->optional = (int)next(&c); t->rank = (int)next(&c);
         t->dmode = (int)next(&c); t->darg = (int)next(&c); t->name = (int)next(&c);
+        t->like = (int)next(&c); t->newsrc = (int)next(&c);
+        if (t->like >= MAXT || t->newsrc >= MAXT) c.bad = 1;
         if (t->rank < 0 || t->rank > MAXRANK) { c.bad = 1; break; }
         for (int r = 0; r < t->rank; r++) t->dims[r] = next_prog(&c);
         if (t->role == ROLE_OUT) o->nout++;
@@ -411,8 +439,8 @@ static PyObject *ostr(Op *o, int i) { return PyTuple_GetItem(o->strings, i); }
 
 typedef struct {
     PyObject *obj; /* borrowed; NULL when None */
-    int dtype, rank, dev;
-    int64_t shape[MAXRANK], stride[MAXRANK];
+    int dtype, rank, dev, contiguous;
+    int64_t shape[MAXRANK];
     uint64_t ptr;
 } TArg;
 
@@ -448,7 +476,41 @@ static int read_int_tuple(PyObject *tup, int64_t *out, int max, int *n) {
 }
 
 /* Read one tensor's facts through its Python attributes (no libtorch). */
+/* Fill `a` through the shim; 0 when this tensor must take the attribute path. */
+static int shim_read(PyObject *x, TArg *a) {
+    if (!g_shim.ok || (Py_TYPE(x) != (PyTypeObject *)g_shim.types[0] && Py_TYPE(x) != (PyTypeObject *)g_shim.types[1]))
+        return 0;
+    PyObject *cd = PyObject_GetAttr(x, s_cdata);
+    if (!cd) { PyErr_Clear(); return 0; }
+    void *impl = PyLong_AsVoidPtr(cd);
+    Py_DECREF(cd);
+    if (!impl) { PyErr_Clear(); return 0; }
+    void *h = &impl; /* an at::Tensor is one TensorImpl* */
+    int64_t dim, *sz, *st;
+    int32_t dt, devt, devi;
+    void *ptr;
+    if (g_shim.dim(h, &dim) || dim > MAXRANK || g_shim.device_type(h, &devt) || (devt != g_shim.cpu && devt != g_shim.cuda) ||
+        g_shim.sizes(h, &sz) || g_shim.strides(h, &st) || g_shim.dtype(h, &dt) || g_shim.device_index(h, &devi) ||
+        g_shim.data_ptr(h, &ptr))
+        return 0;
+    a->dtype = -1;
+    for (int d = 0; d < NDTYPES; d++) if (g_shim.scalar_type[d] == dt) { a->dtype = d; break; }
+    if (a->dtype < 0) return 0; /* the attribute path reports it */
+    a->rank = (int)dim;
+    int64_t numel = 1, expect = 1;
+    for (int r = 0; r < a->rank; r++) { a->shape[r] = sz[r]; numel *= sz[r]; }
+    a->contiguous = 1; /* torch's rule: empty tensors and size-1 dims never break contiguity */
+    for (int r = a->rank - 1; r >= 0 && numel > 0; r--) {
+        if (sz[r] != 1 && st[r] != expect) { a->contiguous = 0; break; }
+        expect *= sz[r];
+    }
+    a->ptr = (uint64_t)(uintptr_t)ptr;
+    a->dev = devt == g_shim.cuda ? devi : -1;
+    return 1;
+}
+
 static int read_tensor(Op *o, int i, PyObject *x, TArg *a) {
+    if (shim_read(x, a)) return 0;
     PyObject *argname = ostr(o, o->t[i].name);
     PyObject *dt = PyObject_GetAttr(x, s_dtype);
     if (!dt) {
@@ -465,23 +527,21 @@ static int read_tensor(Op *o, int i, PyObject *x, TArg *a) {
         return -1;
     }
     Py_DECREF(dt);
-    PyObject *shape = PyObject_GetAttr(x, s_shape);
+    PyObject *shape = PyObject_CallFunctionObjArgs(m_size, x, NULL);
     if (!shape) return -1;
     int r = read_int_tuple(shape, a->shape, MAXRANK, &a->rank);
     Py_DECREF(shape);
     if (r) return -1;
-    PyObject *st = PyObject_CallMethodObjArgs(x, s_stride, NULL);
-    if (!st) return -1;
-    int srank;
-    r = read_int_tuple(st, a->stride, MAXRANK, &srank);
-    Py_DECREF(st);
-    if (r) return -1;
-    PyObject *p = PyObject_CallMethodObjArgs(x, s_data_ptr, NULL);
+    PyObject *cont = PyObject_CallFunctionObjArgs(m_is_contiguous, x, NULL);
+    if (!cont) return -1;
+    a->contiguous = cont == Py_True;
+    Py_DECREF(cont);
+    PyObject *p = PyObject_CallFunctionObjArgs(m_data_ptr, x, NULL);
     if (!p) return -1;
     a->ptr = PyLong_AsUnsignedLongLong(p);
     Py_DECREF(p);
     if (PyErr_Occurred()) return -1;
-    PyObject *dv = PyObject_CallMethodObjArgs(x, s_get_device, NULL);
+    PyObject *dv = PyObject_CallFunctionObjArgs(m_get_device, x, NULL);
     if (!dv) return -1;
     a->dev = (int)PyLong_AsLong(dv);
     Py_DECREF(dv);
@@ -595,21 +655,23 @@ static int validate(Op *o, PyObject *args, Call *c) {
             }
         }
     }
-    /* layout: row-major contiguous (size-1 dims may have any stride), 16-byte aligned */
+    /* layout: row-major contiguous (torch's is_contiguous()), 16-byte aligned */
     for (int i = 0; i < o->nt; i++) {
         TArg *a = &c->t[i];
         if (!a->obj) continue;
-        int64_t expect = 1, numel = 1;
-        for (int r = a->rank - 1; r >= 0; r--) {
-            if (a->shape[r] != 1 && a->stride[r] != expect) {
-                char s[160];
-                fmt_shape(s, sizeof s, a->stride, a->rank);
-                PyErr_Format(PyExc_ValueError, "%U: argument `%U` must be contiguous (row-major), got strides %s; call .contiguous() first",
-                             o->name, ostr(o, o->t[i].name), s);
-                return -1;
-            }
-            expect *= a->shape[r];
-            numel *= a->shape[r];
+        int64_t numel = 1;
+        for (int r = 0; r < a->rank; r++) numel *= a->shape[r];
+        if (!a->contiguous) {
+            char s[160] = "?";
+            int64_t st[MAXRANK];
+            int n;
+            PyObject *t = PyObject_CallFunctionObjArgs(m_stride, a->obj, NULL);
+            if (t && !read_int_tuple(t, st, MAXRANK, &n)) fmt_shape(s, sizeof s, st, n);
+            Py_XDECREF(t);
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%U: argument `%U` must be contiguous (row-major), got strides %s; call .contiguous() first",
+                         o->name, ostr(o, o->t[i].name), s);
+            return -1;
         }
         if (numel > 0 && a->ptr % 16) {
             PyErr_Format(PyExc_ValueError, "%U: argument `%U` data pointer is not 16-byte aligned (offset %d); "
@@ -719,27 +781,36 @@ static int select_variant(Op *o, PyObject *table, Call *c) {
     return -1;
 }
 
+/* Outputs the caller did not pass: torch.empty_like / new_empty of an input where the spec
+ * allows (the cheapest allocations torch offers), else torch.empty(shape, dtype, device). */
 static int allocate(Op *o, Call *c, PyObject **owned) {
     for (int i = 0; i < o->nt; i++) {
         if (c->t[i].obj || o->t[i].role == ROLE_IN || o->t[i].role == ROLE_INPLACE) continue;
         TSig *t = &o->t[i];
         int dt = expected_dtype(o, c, i);
         if (dt < 0) { PyErr_Format(PyExc_TypeError, "%U: cannot tell the dtype of `%U`; pass it", o->name, ostr(o, t->name)); return -1; }
-        PyObject *shape = PyTuple_New(t->rank);
-        if (!shape) return -1;
-        for (int r = 0; r < t->rank; r++) {
-            int64_t v;
-            if (prog_eval(t->dims[r], c->syms, c->bound, &v)) { Py_DECREF(shape); PyErr_SetString(PyExc_ValueError, "bad output shape"); return -1; }
-            PyTuple_SetItem(shape, r, PyLong_FromLongLong(v));
-            c->t[i].shape[r] = v;
+        for (int r = 0; r < t->rank; r++)
+            if (prog_eval(t->dims[r], c->syms, c->bound, &c->t[i].shape[r])) { PyErr_SetString(PyExc_ValueError, "bad output shape"); return -1; }
+        PyObject *x;
+        if (t->like >= 0 && c->t[t->like].obj) {
+            x = PyObject_CallFunctionObjArgs(m_empty_like, c->t[t->like].obj, NULL);
+        } else {
+            PyObject *shape = PyTuple_New(t->rank);
+            if (!shape) return -1;
+            for (int r = 0; r < t->rank; r++) PyTuple_SetItem(shape, r, PyLong_FromLongLong(c->t[i].shape[r]));
+            if (t->newsrc >= 0 && c->t[t->newsrc].obj) {
+                x = PyObject_CallFunctionObjArgs(m_new_empty, c->t[t->newsrc].obj, shape, NULL);
+            } else {
+                PyObject *kw = Py_BuildValue("{sOsi}", "dtype", g_dtypes[dt], "device", c->dev);
+                PyObject *a = kw ? PyTuple_Pack(1, shape) : NULL;
+                x = a ? PyObject_Call(g_empty, a, kw) : NULL;
+                Py_XDECREF(kw); Py_XDECREF(a);
+            }
+            Py_DECREF(shape);
         }
-        PyObject *kw = Py_BuildValue("{sOsi}", "dtype", g_dtypes[dt], "device", c->dev);
-        PyObject *a = kw ? PyTuple_Pack(1, shape) : NULL;
-        PyObject *x = a ? PyObject_Call(g_empty, a, kw) : NULL;
-        Py_DECREF(shape); Py_XDECREF(kw); Py_XDECREF(a);
         if (!x) return -1;
         owned[i] = x;
-        PyObject *p = PyObject_CallMethodObjArgs(x, s_data_ptr, NULL);
+        PyObject *p = PyObject_CallFunctionObjArgs(m_data_ptr, x, NULL);
         if (!p) return -1;
         c->t[i].ptr = PyLong_AsUnsignedLongLong(p);
         Py_DECREF(p);
@@ -773,11 +844,20 @@ static int launch(Op *o, Variant *v, Call *c, PyObject *args) {
             return -1;
         }
     }
-    PyObject *stream_obj = PyObject_CallFunction(g_get_stream, "i", c->dev);
-    if (!stream_obj) return -1;
-    CUstream stream = (CUstream)(uintptr_t)PyLong_AsUnsignedLongLong(stream_obj);
-    Py_DECREF(stream_obj);
-    if (PyErr_Occurred()) return -1;
+    CUstream stream;
+    void *sp;
+    if (g_shim.ok && g_shim.stream && g_shim.stream(c->dev, &sp) == 0) {
+        stream = (CUstream)sp;
+    } else {
+        PyObject *devnum = PyLong_FromLong(c->dev); /* small ints are cached: no allocation */
+        PyObject *stream_obj = devnum ? PyObject_CallFunctionObjArgs(g_get_stream, devnum, NULL) : NULL;
+        Py_XDECREF(devnum);
+        if (!stream_obj) return -1;
+        stream = (CUstream)(uintptr_t)PyLong_AsUnsignedLongLong(stream_obj);
+        Py_DECREF(stream_obj);
+        if (PyErr_Occurred()) return -1;
+    }
+
     if (cuda_load()) return -1;
     CUcontext prev = NULL;
     if (ctx_enter(c->dev, &prev, o->name)) return -1;
@@ -846,10 +926,16 @@ static int launch(Op *o, Variant *v, Call *c, PyObject *args) {
         }
         if (K->coop) { attrs[na].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE; attrs[na].value.cooperative = 1; na++; }
         if (K->pdl) { attrs[na].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION; attrs[na].value.programmaticStreamSerializationAllowed = 1; na++; }
-        CUlaunchConfig cfg = {(unsigned)g[0], (unsigned)g[1], (unsigned)g[2], K->block[0], K->block[1], K->block[2],
-                              (unsigned)smem, stream, na ? attrs : NULL, na};
-        CUresult r = p_cuLaunchKernelEx(&cfg, f, pp, NULL);
-        if (r) { cu_fail(r, o->name, v->key, "cuLaunchKernelEx"); goto out; }
+        CUresult r;
+        if (na) {
+            CUlaunchConfig cfg = {(unsigned)g[0], (unsigned)g[1], (unsigned)g[2], K->block[0], K->block[1], K->block[2],
+                                  (unsigned)smem, stream, attrs, na};
+            r = p_cuLaunchKernelEx(&cfg, f, pp, NULL);
+        } else { /* the common case: no cluster / cooperative / PDL attribute */
+            r = p_cuLaunchKernel(f, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], K->block[0], K->block[1], K->block[2],
+                                 (unsigned)smem, stream, pp, NULL);
+        }
+        if (r) { cu_fail(r, o->name, v->key, na ? "cuLaunchKernelEx" : "cuLaunchKernel"); goto out; }
     }
     rc = 0;
 out:
@@ -931,16 +1017,83 @@ static PyType_Spec Op_spec = {"tkreg._launcher.Op", sizeof(Op), 0, Py_TPFLAGS_DE
 
 /* ---- module functions --------------------------------------------------------------------- */
 static PyObject *m_init(PyObject *m, PyObject *args) {
-    PyObject *dtypes, *empty, *get_stream, *launcherr;
-    if (!PyArg_ParseTuple(args, "O!OOO:init", &PyTuple_Type, &dtypes, &empty, &get_stream, &launcherr)) return NULL;
+    PyObject *dtypes, *empty, *get_stream, *launcherr, *meth;
+    if (!PyArg_ParseTuple(args, "O!OOOO!:init", &PyTuple_Type, &dtypes, &empty, &get_stream, &launcherr, &PyTuple_Type, &meth)) return NULL;
+    if (PyTuple_Size(meth) != 7) { PyErr_SetString(PyExc_ValueError, "init: expected 7 tensor methods"); return NULL; }
     if (PyTuple_Size(dtypes) != NDTYPES) { PyErr_Format(PyExc_ValueError, "init: expected %d dtypes", NDTYPES); return NULL; }
 #define SET(var, val) do { PyObject *old_ = (var); Py_INCREF(val); (var) = (val); Py_XDECREF(old_); } while (0)
     for (int i = 0; i < NDTYPES; i++) SET(g_dtypes[i], PyTuple_GetItem(dtypes, i));
     SET(g_empty, empty);
     SET(g_get_stream, get_stream);
     SET(g_LaunchError, launcherr);
+    SET(m_data_ptr, PyTuple_GetItem(meth, 0));
+    SET(m_size, PyTuple_GetItem(meth, 1));
+    SET(m_is_contiguous, PyTuple_GetItem(meth, 2));
+    SET(m_get_device, PyTuple_GetItem(meth, 3));
+    SET(m_stride, PyTuple_GetItem(meth, 4));
+    SET(m_empty_like, PyTuple_GetItem(meth, 5));
+    SET(m_new_empty, PyTuple_GetItem(meth, 6));
 #undef SET
     Py_RETURN_NONE;
+}
+
+/* enable_shim(libs: tuple[str], dtype_names: tuple[str], types: (Tensor, Parameter)) -> bool */
+static PyObject *m_enable_shim(PyObject *m, PyObject *args) {
+    PyObject *libs, *names, *types;
+    if (!PyArg_ParseTuple(args, "O!O!O!:enable_shim", &PyTuple_Type, &libs, &PyTuple_Type, &names, &PyTuple_Type, &types)) return NULL;
+    if (PyTuple_Size(names) != NDTYPES || PyTuple_Size(types) != 2) { PyErr_SetString(PyExc_ValueError, "enable_shim: bad arguments"); return NULL; }
+    g_shim.ok = 0;
+    void *hs[8] = {0};
+    int nh = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(libs) && nh < 8; i++) {
+        const char *path = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(libs, i), NULL);
+        if (!path) return NULL;
+        void *h = dlopen(path, RTLD_LAZY | RTLD_NOLOAD); /* only what torch already loaded */
+        if (h) hs[nh++] = h;
+    }
+#define FIND(var, name) do { void *f_ = NULL; for (int k = 0; k < nh && !f_; k++) f_ = dlsym(hs[k], name); memcpy(&(var), &f_, sizeof f_); } while (0)
+    FIND(g_shim.data_ptr, "aoti_torch_get_data_ptr");
+    FIND(g_shim.sizes, "aoti_torch_get_sizes");
+    FIND(g_shim.strides, "aoti_torch_get_strides");
+    FIND(g_shim.dim, "aoti_torch_get_dim");
+    FIND(g_shim.dtype, "aoti_torch_get_dtype");
+    FIND(g_shim.device_type, "aoti_torch_get_device_type");
+    FIND(g_shim.device_index, "aoti_torch_get_device_index");
+    FIND(g_shim.stream, "aoti_torch_get_current_cuda_stream");
+    int32_t (*code)(void);
+    FIND(code, "aoti_torch_device_type_cpu");
+    g_shim.cpu = code ? code() : -99;
+    FIND(code, "aoti_torch_device_type_cuda");
+    g_shim.cuda = code ? code() : -99;
+    for (int d = 0; d < NDTYPES; d++) {
+        char sym[96];
+        const char *n = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(names, d), NULL);
+        if (!n) return NULL;
+        snprintf(sym, sizeof sym, "aoti_torch_dtype_%s", n);
+        FIND(code, sym);
+        g_shim.scalar_type[d] = code ? code() : -99;
+    }
+#undef FIND
+    for (int k = 0; k < 2; k++) {
+        PyObject *t = PyTuple_GetItem(types, k), *old = g_shim.types[k];
+        Py_INCREF(t);
+        g_shim.types[k] = t;
+        Py_XDECREF(old);
+    }
+    g_shim.ok = g_shim.data_ptr && g_shim.sizes && g_shim.strides && g_shim.dim && g_shim.dtype && g_shim.device_type &&
+                g_shim.device_index && g_shim.cpu != -99 && g_shim.cuda != -99;
+    return PyBool_FromLong(g_shim.ok);
+}
+
+static PyObject *m_disable_shim(PyObject *m, PyObject *noargs) { g_shim.ok = 0; Py_RETURN_NONE; }
+
+/* shim_probe(t) -> (shape, contiguous, data_ptr, dtype code, device) as the fast path reads them, or None */
+static PyObject *m_shim_probe(PyObject *m, PyObject *x) {
+    TArg a;
+    if (!shim_read(x, &a)) Py_RETURN_NONE;
+    PyObject *shape = PyTuple_New(a.rank);
+    for (int r = 0; shape && r < a.rank; r++) PyTuple_SetItem(shape, r, PyLong_FromLongLong(a.shape[r]));
+    return shape ? Py_BuildValue("(NiKii)", shape, a.contiguous, (unsigned long long)a.ptr, a.dtype, a.dev) : NULL;
 }
 
 static PyObject *m_eval(PyObject *m, PyObject *args) {
@@ -1013,7 +1166,10 @@ static PyObject *m_bench(PyObject *m, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"init", m_init, METH_VARARGS, "init(dtypes, torch.empty, get_raw_stream, LaunchError)"},
+    {"init", m_init, METH_VARARGS, "init(dtypes, torch.empty, get_raw_stream, LaunchError, (Tensor.data_ptr, .size, .is_contiguous, .get_device, .stride, torch.empty_like, Tensor.new_empty))"},
+    {"enable_shim", m_enable_shim, METH_VARARGS, "enable_shim(libtorch paths, dtype names, (Tensor, Parameter)) -> bool"},
+    {"disable_shim", m_disable_shim, METH_NOARGS, "use the attribute path only"},
+    {"shim_probe", m_shim_probe, METH_O, "what the fast path reads from a tensor (for the self-check)"},
     {"eval_program", m_eval, METH_VARARGS, "eval_program(words: bytes, symbols: tuple) -> int"},
     {"driver_info", m_driver_info, METH_NOARGS, "driver_info() -> (version, [(major, minor)])"},
     {"bench_driver_launch", m_bench, METH_VARARGS, "bench_driver_launch(device, stream, n, clock) -> us per launch"},
@@ -1021,8 +1177,7 @@ static PyMethodDef methods[] = {
 
 static int exec_module(PyObject *m) {
 #define INTERN(var, s) if (!(var = PyUnicode_InternFromString(s))) return -1;
-    INTERN(s_dtype, "dtype") INTERN(s_shape, "shape") INTERN(s_stride, "stride") INTERN(s_data_ptr, "data_ptr")
-    INTERN(s_get_device, "get_device") INTERN(s_device, "device")
+    INTERN(s_dtype, "dtype") INTERN(s_cdata, "_cdata")
     PyObject *vt = PyType_FromSpec(&Variant_spec);
     if (!vt || PyModule_AddObject(m, "Variant", vt)) return -1;
     PyObject *ot = PyType_FromSpec(&Op_spec);

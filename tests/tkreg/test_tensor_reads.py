@@ -1,0 +1,66 @@
+"""The launcher's two ways of reading a tensor (torch's C shim, the Python attributes) agree."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tkreg._runtime import SHIM_STATE, _enable_shim, launcher
+from tkreg.spec import DTYPES
+
+DT = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8, torch.bool]
+
+
+def attrs(t):
+    return (tuple(t.shape), int(t.is_contiguous()), t.data_ptr(), DTYPES.index(str(t.dtype)[6:]), t.get_device())
+
+
+def test_fast_path_is_active():
+    launcher()
+    assert SHIM_STATE["active"], SHIM_STATE
+
+
+@settings(max_examples=200, deadline=None)
+@given(shape=st.lists(st.integers(0, 6), min_size=0, max_size=4), dt=st.sampled_from(DT),
+       offset=st.integers(0, 3), transpose=st.booleans(), param=st.booleans())
+def test_shim_reads_what_the_attributes_say(shape, dt, offset, transpose, param):
+    n = 1
+    for d in shape:
+        n *= d
+    t = torch.zeros(n + offset, dtype=dt)[offset:].view(shape)
+    if transpose and t.dim() >= 2:
+        t = t.transpose(0, 1)
+    if param and dt.is_floating_point:
+        t = torch.nn.Parameter(t)
+    assert launcher().shim_probe(t) == attrs(t)
+
+
+def test_subclasses_take_the_attribute_path():
+    class Sub(torch.Tensor):
+        pass
+    assert launcher().shim_probe(torch.zeros(3).as_subclass(Sub)) is None
+    assert launcher().shim_probe(torch.zeros(3, device="meta")) is None
+
+
+@pytest.fixture
+def attribute_path():
+    launcher().disable_shim()
+    yield
+    _enable_shim(launcher(), torch)
+    assert SHIM_STATE["active"]
+
+
+def test_validation_is_the_same_on_the_attribute_path(attribute_path, monkeypatch):
+    import tkreg
+    monkeypatch.delenv("TKREG_FALLBACK", raising=False)
+    bf = torch.bfloat16
+    cases = [
+        ((torch.randn(2, 1024), torch.randn(1024)), TypeError, "`x` has dtype torch.float32"),
+        ((torch.randn(1024, 2, dtype=bf).t(), torch.randn(1024, dtype=bf)), ValueError, "`x` must be contiguous"),
+        ((torch.randn(2 * 1024 + 1, dtype=bf)[1:].view(2, 1024), torch.randn(1024, dtype=bf)), ValueError, "16-byte"),
+        ((torch.randn(2, 1024, dtype=bf), torch.randn(1024, dtype=bf)), ValueError, "on the CPU"),
+    ]
+    for args, err, msg in cases:
+        with pytest.raises(err, match=msg):
+            tkreg.ops.rms_norm(*args)

@@ -45,6 +45,6 @@ SPECS = (
             Variant(dict(block_M=64, block_N=128, block_K=64, stages=4, threads=128),
                     rule="M <= 64", priority=10),
         ),
-        reference="tkreg.reference:gemm",
+        reference="tkreg.reference.gemm:gemm",
     ),
 )

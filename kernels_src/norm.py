@@ -44,6 +44,6 @@ SPECS = (
         factory=rms_norm_kernel,
         variants=tuple(Variant({"N": n, "dtype": d, "threads": 256 if n >= 4096 else 128})
                        for n in HIDDEN for d in DTYPES),
-        reference="tkreg.reference:rms_norm",
+        reference="tkreg.reference.norm:rms_norm",
     ),
 )

@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     sub.add_parser("doctor", help="driver, GPUs, packs, plugins and switches (works without a GPU)").set_defaults(fn=_doctor)
     sub.add_parser("verify", help="check sha256 and ELF arch of every cubin; exit 1 on a mismatch").set_defaults(fn=_verify)
     b = sub.add_parser("bench", help="time each op beside its peers on this GPU")
-    b.add_argument("--ops", nargs="*", default=None, help="op names (default all)")
+    b.add_argument("--ops", nargs="*", default=None, help="op families (default all: see tkreg.bench.FAMILIES)")
     b.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     b.add_argument("--json", default=None, help="write results to this file")
     b.add_argument("--plot", default=None, help="write a bar chart (needs matplotlib)")

@@ -19,7 +19,7 @@ from pathlib import Path
 from . import assemble, env, manifest
 from .elf import ARCHS
 from .errors import NoKernelError, PackError, UnsupportedDeviceError
-from .spec import DTYPES, OpSpec
+from .spec import OpSpec
 
 log = logging.getLogger("tkreg")
 

@@ -8,146 +8,21 @@ launch floor measured in the same run.  Needs torch with CUDA; matplotlib only f
 """
 from __future__ import annotations
 
+import importlib
 import json
-import os
 import platform
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
-L2_BYTES = 60 * 2**20
-
-
-@dataclass
-class Row:
-    op: str
-    case: str
-    impl: str
-    ms: float
-    metric: float = 0.0          # GB/s or TFLOP/s
-    unit: str = ""
-    pct_ceiling: float = 0.0
-    vs: dict = field(default_factory=dict)   # peer -> peer_ms / our_ms (> 1: we are faster)
-
-
-def _torch():
-    import torch
-    if not torch.cuda.is_available():
-        raise SystemExit("tkreg bench needs a CUDA GPU")
-    return torch
-
-
-def gpu_ms(fn, arg_sets, reps=50, warmup=5) -> float:
-    """Median CUDA-event time of fn(*args), rotating through arg_sets."""
-    torch = _torch()
-    for i in range(warmup):
-        fn(*arg_sets[i % len(arg_sets)])
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for i, (s, e) in enumerate(ev):
-        a = arg_sets[i % len(arg_sets)]
-        s.record()
-        fn(*a)
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in ev)
-
-
-def host_us(fn, n=20000) -> float:
-    """Wall time per call of a loop of n calls (tiny work: the host is the bottleneck)."""
-    torch = _torch()
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
-
-
-def rotations(make, nbytes: int) -> list:
-    """Enough input sets that one pass over them exceeds L2 twice."""
-    return [make() for _ in range(max(1, min(8, -(-2 * L2_BYTES // max(nbytes, 1)))))]
-
-
-def copy_bandwidth() -> float:
-    torch = _torch()
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    ms = gpu_ms(lambda: dst.copy_(src), [()], reps=30)
-    return 2 * src.numel() / ms / 1e6
-
-
-def _compiled(fn):
-    torch = _torch()
-    try:
-        return torch.compile(fn, dynamic=False)
-    except Exception:  # noqa: BLE001
-        return None
-
-
-# ---- op families --------------------------------------------------------------------------
-def bench_rms_norm(quick, ceiling, progress):
-    torch = _torch()
-    import tkreg
-    from tkreg import reference
-    F = torch.nn.functional
-    rows = []
-    shapes = [(16384, 7168), (16384, 4096)] + ([] if quick else [(8192, 8192), (4096, 5120)])
-    comp = _compiled(reference.rms_norm)
-    for m, n in shapes:
-        nbytes = 2 * m * n * 2 + n * 2
-        sets = rotations(lambda: (torch.randn(m, n, dtype=torch.bfloat16, device="cuda"),
-                                  torch.randn(n, dtype=torch.bfloat16, device="cuda")), nbytes)
-        ours = gpu_ms(lambda x, w: tkreg.ops.rms_norm(x, w, 1e-6), sets)
-        peers = {"eager": gpu_ms(lambda x, w: F.rms_norm(x, (n,), w, 1e-6), sets)}
-        if comp is not None:
-            peers["torch.compile"] = gpu_ms(lambda x, w: comp(x, w, 1e-6), sets)
-        gbs = nbytes / ours / 1e6
-        rows.append(Row("rms_norm", f"{m}x{n} bf16", "tkreg", ours, gbs, "GB/s", 100 * gbs / ceiling,
-                        {k: v / ours for k, v in peers.items()}))
-        for k, v in peers.items():
-            rows.append(Row("rms_norm", f"{m}x{n} bf16", k, v, nbytes / v / 1e6, "GB/s", 100 * nbytes / v / 1e6 / ceiling))
-        progress()
-    for m in ([1, 64] if quick else [1, 16, 64]):
-        n = 4096
-        x = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
-        w = torch.randn(n, dtype=torch.bfloat16, device="cuda")
-        ours = host_us(lambda: tkreg.ops.rms_norm(x, w), 5000) / 1e3
-        eager = host_us(lambda: F.rms_norm(x, (n,), w, 1e-6), 5000) / 1e3
-        rows.append(Row("rms_norm", f"{m}x{n} bf16 (per call, loop)", "tkreg", ours, vs={"eager": eager / ours}))
-        rows.append(Row("rms_norm", f"{m}x{n} bf16 (per call, loop)", "eager", eager))
-        progress()
-    return rows
-
-
-def bench_gemm(quick, ceiling, progress):
-    torch = _torch()
-    import tkreg
-    rows = []
-    shapes = [(8192, 8192, 8192), (4096, 4096, 4096), (64, 8192, 8192), (1, 8192, 8192)]
-    if not quick:
-        shapes += [(16, 8192, 8192), (256, 8192, 8192), (2048, 7168, 2048)]
-    for m, n, k in shapes:
-        flops = 2 * m * n * k
-        nbytes = 2 * (m * k + n * k + m * n)
-        sets = rotations(lambda: (torch.randn(m, k, dtype=torch.bfloat16, device="cuda"),
-                                  torch.randn(n, k, dtype=torch.bfloat16, device="cuda")), nbytes)
-        ours = gpu_ms(tkreg.ops.gemm, sets, reps=30)
-        cublas = gpu_ms(lambda a, b: torch.matmul(a, b.t()), sets, reps=30)
-        case = f"M={m} N={n} K={k}"
-        rows.append(Row("gemm", case, "tkreg", ours, flops / ours / 1e9, "TFLOP/s", vs={"cuBLAS": cublas / ours}))
-        rows.append(Row("gemm", case, "cuBLAS", cublas, flops / cublas / 1e9, "TFLOP/s"))
-        progress()
-    return rows
+from .timing import copy_bandwidth, host_us, need_torch
 
 
 def bench_host_cost(progress):
     """Per-call host cost on tiny tensors beside the driver floor (issue: run time)."""
-    torch = _torch()
+    torch = need_torch()
     import tkreg
     from tkreg._runtime import launcher
     F = torch.nn.functional
@@ -194,11 +69,16 @@ def cold_start_ms(runs=5) -> float:
     return statistics.median(out)
 
 
-FAMILIES = {"rms_norm": bench_rms_norm, "gemm": bench_gemm}
+# One module per op family, each with `cases(quick, ceiling, progress) -> list[Row]`.
+FAMILIES = ("norm", "gemm")
+
+
+def _family(name):
+    return importlib.import_module(f"{__name__}.{name}").cases
 
 
 def run(ops=None, quick=False) -> dict:
-    torch = _torch()
+    torch = need_torch()
     ops = ops or list(FAMILIES)
     unknown = set(ops) - set(FAMILIES)
     if unknown:
@@ -213,7 +93,7 @@ def run(ops=None, quick=False) -> dict:
     progress()
     rows = []
     for op in ops:
-        rows += FAMILIES[op](quick, ceiling, progress)
+        rows += _family(op)(quick, ceiling, progress)
     host = bench_host_cost(progress)
     cold = cold_start_ms()
     progress()
@@ -255,7 +135,7 @@ def markdown(res: dict) -> str:
     """BENCHMARKS.md from a results JSON."""
     h = res["host_us"]
     drv = h["driver cuLaunchKernel (C loop, empty kernel)"]
-    out = [f"# Benchmarks\n",
+    out = ["# Benchmarks\n",
            f"Last run: {res['date']} on {res['gpu']} (driver {res['driver']}, torch {res['torch']}, CUDA {res['cuda']}, "
            f"Python {res['python']}), tkreg {res['tkreg']} from the installed wheel.\n",
            f"Command: `{res['command']} --json results.json` then `python -m tkreg.bench results.json > BENCHMARKS.md`.\n",
@@ -304,11 +184,3 @@ def main(args) -> int:
             fig.tight_layout()
             fig.savefig(args.plot)
     return 0
-
-
-if __name__ == "__main__":  # python -m tkreg.bench results.json > BENCHMARKS.md
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m tkreg.bench RESULTS.json > BENCHMARKS.md")
-    with open(sys.argv[1]) as f:
-        sys.stdout.write(markdown(json.load(f)))
-    os._exit(0)

@@ -1,0 +1,38 @@
+"""Norm family beside torch eager and torch.compile (GB/s against the copy ceiling)."""
+from __future__ import annotations
+
+from .timing import Row, compiled, gpu_ms, host_us, need_torch, rotations
+
+
+def cases(quick, ceiling, progress):
+    torch = need_torch()
+    import tkreg
+    from tkreg import reference
+    F = torch.nn.functional
+    rows = []
+    shapes = [(16384, 7168), (16384, 4096)] + ([] if quick else [(8192, 8192), (4096, 5120)])
+    comp = compiled(reference.rms_norm)
+    for m, n in shapes:
+        nbytes = 2 * m * n * 2 + n * 2
+        sets = rotations(lambda: (torch.randn(m, n, dtype=torch.bfloat16, device="cuda"),
+                                  torch.randn(n, dtype=torch.bfloat16, device="cuda")), nbytes)
+        ours = gpu_ms(lambda x, w: tkreg.ops.rms_norm(x, w, 1e-6), sets)
+        peers = {"eager": gpu_ms(lambda x, w: F.rms_norm(x, (n,), w, 1e-6), sets)}
+        if comp is not None:
+            peers["torch.compile"] = gpu_ms(lambda x, w: comp(x, w, 1e-6), sets)
+        gbs = nbytes / ours / 1e6
+        rows.append(Row("rms_norm", f"{m}x{n} bf16", "tkreg", ours, gbs, "GB/s", 100 * gbs / ceiling,
+                        {k: v / ours for k, v in peers.items()}))
+        for k, v in peers.items():
+            rows.append(Row("rms_norm", f"{m}x{n} bf16", k, v, nbytes / v / 1e6, "GB/s", 100 * nbytes / v / 1e6 / ceiling))
+        progress()
+    for m in ([1, 64] if quick else [1, 16, 64]):
+        n = 4096
+        x = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
+        w = torch.randn(n, dtype=torch.bfloat16, device="cuda")
+        ours = host_us(lambda: tkreg.ops.rms_norm(x, w), 5000) / 1e3
+        eager = host_us(lambda: F.rms_norm(x, (n,), w, 1e-6), 5000) / 1e3
+        rows.append(Row("rms_norm", f"{m}x{n} bf16 (per call, loop)", "tkreg", ours, vs={"eager": eager / ours}))
+        rows.append(Row("rms_norm", f"{m}x{n} bf16 (per call, loop)", "eager", eager))
+        progress()
+    return rows

@@ -1,0 +1,77 @@
+"""Timing helpers every family's benchmark uses: CUDA-event medians, host loops, L2 rotation."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+L2_BYTES = 60 * 2**20
+
+
+@dataclass
+class Row:
+    op: str
+    case: str
+    impl: str
+    ms: float
+    metric: float = 0.0          # GB/s or TFLOP/s
+    unit: str = ""
+    pct_ceiling: float = 0.0
+    vs: dict = field(default_factory=dict)   # peer -> peer_ms / our_ms (> 1: we are faster)
+
+
+def need_torch():
+    import torch
+    if not torch.cuda.is_available():
+        raise SystemExit("tkreg bench needs a CUDA GPU")
+    return torch
+
+
+def gpu_ms(fn, arg_sets, reps=50, warmup=5) -> float:
+    """Median CUDA-event time of fn(*args), rotating through arg_sets."""
+    torch = need_torch()
+    for i in range(warmup):
+        fn(*arg_sets[i % len(arg_sets)])
+    torch.cuda.synchronize()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for i, (s, e) in enumerate(ev):
+        a = arg_sets[i % len(arg_sets)]
+        s.record()
+        fn(*a)
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in ev)
+
+
+def host_us(fn, n=20000) -> float:
+    """Wall time per call of a loop of n calls (tiny work: the host is the bottleneck)."""
+    torch = need_torch()
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def rotations(make, nbytes: int) -> list:
+    """Enough input sets that one pass over them exceeds L2 twice."""
+    return [make() for _ in range(max(1, min(8, -(-2 * L2_BYTES // max(nbytes, 1)))))]
+
+
+def copy_bandwidth() -> float:
+    torch = need_torch()
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = gpu_ms(lambda: dst.copy_(src), [()], reps=30)
+    return 2 * src.numel() / ms / 1e6
+
+
+def compiled(fn):
+    torch = need_torch()
+    try:
+        return torch.compile(fn, dynamic=False)
+    except Exception:  # noqa: BLE001
+        return None

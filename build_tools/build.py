@@ -20,7 +20,7 @@ from pathlib import Path
 from tkreg import manifest
 from tkreg.elf import sm_of_arch
 from tkreg.errors import SpecError
-from tkreg.spec import OpSpec, Variant
+from tkreg.spec import OpSpec
 
 from . import cache as cache_mod
 from . import sources

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from tkreg.elf import check_cubin, sm_of_arch
 
-NVCC_FLAGS = ("--cubin", "-O3", "-std=c++20", "-w")
+# --orig_src_path_name: nvcc otherwise hashes the source's absolute path into CUTLASS's
+# `_INTERNAL_<hash>` symbols, and the cubin would depend on the folder it was compiled in.
+NVCC_FLAGS = ("--cubin", "-O3", "-std=c++20", "-w", "-Xcicc", "--orig_src_path_name=kernel.cu")
 
 
 class CompileError(RuntimeError):
@@ -41,11 +43,13 @@ def _nvcc_path() -> str:
     p = which("nvcc")
     if p:
         return p
-    try:  # nvidia-cuda-nvcc from PyPI
-        import nvidia.cuda_nvcc as m  # type: ignore
-        p = Path(list(m.__path__)[0], "bin", "nvcc")
-        if p.exists():
-            return str(p)
+    try:  # nvidia-cuda-nvcc from PyPI (CUDA 13 installs under nvidia/cu13)
+        import nvidia  # type: ignore
+        for base in nvidia.__path__:
+            for sub in ("cu13", "cuda_nvcc"):
+                p = Path(base, sub, "bin", "nvcc")
+                if p.exists():
+                    return str(p)
     except ImportError:
         pass
     raise CompileError("nvcc not found: install the CUDA 13.0 toolkit or `pip install nvidia-cuda-nvcc==13.0.88`")

@@ -141,3 +141,13 @@ def test_command_line(src, tmp_path):
                         "--src", str(src), "--arch", "sm_9"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 1 and "--arch sm_9: unknown arch" in r.stderr
     assert json.loads((tmp_path / "out" / "sm_90a" / "manifest.json").read_text())["namespace"] == "t"
+
+
+@pytest.mark.slow
+def test_gemm_cubins_do_not_depend_on_the_build_folder(tmp_path):
+    """CUTLASS's internal symbols once hashed nvcc's source path into the sm_100a gemm cubins."""
+    kw = dict(src="kernels_src.gemm", namespace="tkreg", archs=("sm_100a",), progress=False, log=quiet, jobs=2)
+    build(tmp_path / "o1", cache_root=tmp_path / "c1", **kw)
+    build(tmp_path / "o2", cache_root=tmp_path / "x" / "c2", **kw)
+    a, b = tmp_path / "o1" / "sm_100a", tmp_path / "o2" / "sm_100a"
+    assert (a / "manifest.json").read_bytes() == (b / "manifest.json").read_bytes()

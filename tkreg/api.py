@@ -44,9 +44,13 @@ def bind(spec: OpSpec, args: tuple, kwargs: dict) -> tuple:
 
 
 def call(name: str, *args, **kwargs):
-    """Run any registered op: `tkreg.call("tkreg.rms_norm", x, w, eps=1e-5)`; returns its outputs."""
-    spec = REGISTRY.entry(name).spec
-    return OPS[spec.name](*bind(spec, args, kwargs))
+    """Run any registered op: `tkreg.call("tkreg.rms_norm", x, w, eps=1e-5)`; returns its outputs.
+
+    `name` is `ns.op`, or `plugin:ns.op` for the variants of one plugin only (its entry-point
+    name; reaches a plugin's op where another pack owns the plain name).
+    """
+    e = REGISTRY.entry(name)
+    return OPS[e.name](*bind(e.spec, args, kwargs))
 
 
 @dataclass
@@ -69,8 +73,8 @@ def explain(name: str, *args, arch: str | None = None, **kwargs) -> Explanation:
 
     `arch="sm_100a"` asks about another GPU generation than the tensors' device.
     """
-    spec = REGISTRY.entry(name).spec
-    return Explanation(spec.name, REGISTRY.explain(spec.name, bind(spec, args, kwargs), arch))
+    e = REGISTRY.entry(name)
+    return Explanation(e.name, REGISTRY.explain(e.name, bind(e.spec, args, kwargs), arch))
 
 
 def register_pack(path):
@@ -79,10 +83,16 @@ def register_pack(path):
 
 
 def list_ops() -> list[dict]:
-    """One dict per op: name, owner pack, archs, dtypes, variants per arch."""
+    """One dict per op: name, owner pack, archs, dtypes, variants per arch.
+
+    Plain names first; then each `plugin:ns.op` that the plain name does not already give
+    (a plugin that lost a name conflict, or one whose variants extend another pack's op).
+    """
     REGISTRY._ensure()
     out = []
-    for name, e in sorted(REGISTRY.entries.items()):
+    shadowed = [(n, e) for n, e in sorted(REGISTRY.qualified.items())
+                if getattr(REGISTRY.entries.get(e.spec.name), "owner", None) != e.owner]
+    for name, e in sorted(REGISTRY.entries.items()) + shadowed:
         free = [t for t in e.spec.tensors if t.dtypes]
         out.append({
             "op": name, "owner": e.owner, "doc": e.spec.doc, "archs": e.archs(),

@@ -16,11 +16,12 @@ def _list(args) -> int:
     if not ops:
         print("no ops registered (see `tkreg doctor`)")
         return 1
-    print(f"{'op':26} {'archs':18} {'dtypes':24} variants")
+    w = max([26] + [len(o["op"]) + 1 for o in ops])
+    print(f"{'op':{w}} {'archs':18} {'dtypes':24} {'variants':24} from")
     for o in ops:
         dt = "; ".join(f"{k}: {'/'.join(v)}" for k, v in o["dtypes"].items())
         nv = ", ".join(f"{a}: {len(v)}" for a, v in o["variants"].items())
-        print(f"{o['op']:26} {','.join(o['archs']):18} {dt:24} {nv}")
+        print(f"{o['op']:{w}} {','.join(o['archs']):18} {dt:24} {nv:24} {o['owner']}")
     return 0
 
 
@@ -47,18 +48,41 @@ def _doctor(args) -> int:
             how = (f"served by pack {arch}" if served else
                    "no pack: ops raise UnsupportedDeviceError" + (" (TKREG_FALLBACK=reference: torch reference runs)"
                                                                  if env.fallback_reference() else ""))
+            lacking = [s.label for s in REGISTRY.sources if s.archs and arch not in s.archs]
+            if served and lacking:
+                how += f"; not by {', '.join(lacking)} (their ops raise UnsupportedDeviceError here)"
             print(f"  cuda:{i}: compute capability {cap[0]}.{cap[1]} -> {how}")
     except Exception as e:  # noqa: BLE001 - doctor reports, never fails on a missing driver
         print(f"CUDA driver: unavailable ({e})")
     print("packs:")
     for s in REGISTRY.sources:
-        print(f"  {s.name}: {s.state}" + (f"; archs {', '.join(s.archs)}; {len(s.ops)} op(s)" if s.archs else "")
+        print(f"  {s.label}: {s.state}" + (f"; archs {', '.join(s.archs)}; {len(s.ops)} op(s)" if s.archs else "")
               + (f" [{s.path}]" if s.path else ""))
+        for note in s.notes:
+            print(f"    ! {note}")
+    _doctor_plugins(REGISTRY)
     switches = env.in_force()
     print("environment: " + (", ".join(f"{k}={v}" for k, v in switches.items()) or "no TKREG_* switch set"))
     for k, v in env.SWITCHES.items():
         print(f"  {k}: {v}")
     return 0
+
+
+def _doctor_plugins(registry) -> None:
+    """The `tkreg.kernels` entry points installed, and which of them the switches keep out."""
+    from . import env, plugins
+    found = plugins.installed()
+    seen = {s.plugin: s for s in registry.sources if s.plugin}
+    allow = env.plugin_allow_list()
+    print(f"plugins (entry-point group {plugins.GROUP}): "
+          + ("disabled by TKREG_DISABLE_PLUGINS" if env.plugins_disabled() else
+             f"allow-list TKREG_PLUGINS={','.join(sorted(allow))}" if allow is not None else
+             f"{len(found)} installed"))
+    for p in found:
+        why = (seen[p.name].state.partition(":")[0] + " (see packs)" if p.name in seen else
+               "not loaded: TKREG_DISABLE_PLUGINS" if env.plugins_disabled() else
+               "not loaded: not in TKREG_PLUGINS" if allow is not None and p.name not in allow else "")
+        print(f"  {p.name} = {p.value}" + (f" ({p.dist})" if p.dist else "") + (f": {why}" if why else ""))
 
 
 def _verify(args) -> int:

@@ -1,10 +1,20 @@
 """The registry: kernel packs -> ops -> per-device variant tables for the native launcher.
 
-Packs load lazily on first use (built-in, then TKREG_PACKS / register_pack, then plugins), so
-`import tkreg` reads no file.  Each op becomes one `_launcher.Op` the first time it is called;
-its per-arch `Variant` tables are made the first time a device of that arch calls it.  The
-C side validates, selects (priority order, first accepted) and launches; Python only answers
-"which variants serve this device?" once per (op, device).
+Packs load lazily on first use (built-in, then TKREG_PACKS / register_pack, then plugins sorted
+by entry-point name), so `import tkreg` reads no file.  Each op becomes one `_launcher.Op` the
+first time it is called; its per-arch `Variant` tables are made the first time a device of that
+arch calls it.  The C side validates, selects (priority order, first accepted) and launches;
+Python only answers "which variants serve this device?" once per (op, device).
+
+Who gets an op's plain name (`ns.op`), pack by pack in load order:
+- the first pack to define it owns it; a later pack defining it again gets a warning naming both
+  and never replaces it (so no plugin replaces a built-in);
+- a pack op with `extends=True` adds its variants to the owner's when the signatures match
+  (priorities then decide between them), else a warning and nothing is added;
+- plugin ops may not take a plain name in the built-ins' `tkreg` namespace (only extend one).
+Every op of a plugin is also reachable as `<entry-point name>:<op>` with that plugin's variants
+only, whatever happened to the plain name.  A plugin pack whose manifest, plans or cubins are
+broken is skipped whole, with one warning; per-op conflicts never drop its other ops.
 """
 from __future__ import annotations
 
@@ -17,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import assemble, env, manifest
-from .elf import ARCHS
+from .elf import ARCHS, check_cubin
 from .errors import NoKernelError, PackError, UnsupportedDeviceError
 from .spec import OpSpec
 
@@ -25,6 +35,7 @@ log = logging.getLogger("tkreg")
 
 ARCH_OF_CAPABILITY = {cap: arch for arch, cap in ARCHS.items()}
 BUILTIN_PACKS = Path(__file__).resolve().parent / "packs"
+BUILTIN_NAMESPACE = "tkreg"
 
 
 @dataclass
@@ -34,7 +45,14 @@ class PackSource:
     path: Path | None
     state: str = "loaded"
     archs: list = field(default_factory=list)
-    ops: list = field(default_factory=list)
+    ops: list = field(default_factory=list)      # plain op names this pack owns or extends
+    plugin: str | None = None                    # entry-point name, for plugin packs
+    dist: str | None = None                      # "tkreg-example 0.1.0", for plugin packs
+    notes: list = field(default_factory=list)    # conflicts, one line each
+
+    @property
+    def label(self) -> str:
+        return self.name + (f" ({self.dist})" if self.dist else "")
 
 
 @dataclass
@@ -43,6 +61,10 @@ class OpEntry:
     owner: str
     variants: dict = field(default_factory=dict)   # arch -> [(variant json, arch dir, source name)]
     tables: dict = field(default_factory=dict)     # arch -> tuple[_launcher.Variant]
+    name: str = ""                                 # registry key: `ns.op` or `plugin:ns.op`
+
+    def __post_init__(self):
+        self.name = self.name or self.spec.name
 
     def archs(self) -> list[str]:
         return sorted(self.variants)
@@ -56,12 +78,31 @@ def _signature(spec: OpSpec) -> dict:
     return d
 
 
+def _check_plugin_pack(loaded: list, specs: dict) -> None:
+    """Every cubin present, matching its sha256 and arch, every plan readable; PackError if not.
+
+    Run when a plugin pack loads (built-in packs are checked when the wheel is built), so a
+    broken plugin is skipped up front instead of failing at its first launch."""
+    for d, m in loaded:
+        for op_name, op in m["ops"].items():
+            spec = specs[op_name]
+            assemble.op_words(spec)
+            for v in op["variants"]:
+                data = manifest.read_cubin(d, v, op_name)
+                try:
+                    check_cubin(data, m["arch"])
+                except ValueError as e:
+                    raise PackError(f"{op_name}[{v['key']}]: {d / v['cubin']}: {e}") from None
+                assemble.variant_words(spec, v)
+
+
 class Registry:
     def __init__(self):
         self._lock = threading.RLock()
         self._loaded = False
         self.sources: list[PackSource] = []
-        self.entries: dict[str, OpEntry] = {}
+        self.entries: dict[str, OpEntry] = {}      # plain names: `ns.op`
+        self.qualified: dict[str, OpEntry] = {}    # `plugin:ns.op` -> that plugin's own variants
         self._ops: dict = {}
         self._extra: list[Path] = []
 
@@ -80,19 +121,25 @@ class Registry:
         for p in self._extra:
             self._add_pack(p, f"register_pack:{p}")
         from . import plugins
-        for name, path, err in plugins.discover():
-            if err:
-                self._skip(PackSource(f"plugin:{name}", path), err)
+        for p in plugins.discover():
+            if p.error:
+                self._skip(PackSource(f"plugin:{p.name}", None, plugin=p.name, dist=p.dist), p.error)
             else:
-                self._add_pack(path, f"plugin:{name}")
+                self._add_pack(p.path, f"plugin:{p.name}", plugin=p.name, dist=p.dist)
 
     def _skip(self, src: PackSource, why: str):
         src.state = f"skipped: {why}"
         self.sources.append(src)
-        warnings.warn(f"tkreg: {src.name}: skipped: {why}", RuntimeWarning, stacklevel=4)
+        warnings.warn(f"tkreg: {src.label}: skipped: {why}", RuntimeWarning, stacklevel=4)
 
-    def _add_pack(self, path: Path, name: str, builtin=False):
-        src = PackSource(name, Path(path))
+    def _note(self, src: PackSource, msg: str):
+        """A per-op conflict: one warning, and a line under the pack in `tkreg doctor`."""
+        src.notes.append(msg)
+        warnings.warn(f"tkreg: {msg}", RuntimeWarning, stacklevel=5)
+
+    def _add_pack(self, path: Path, name: str, builtin=False, plugin: str | None = None,
+                  dist: str | None = None):
+        src = PackSource(name, Path(path), plugin=plugin, dist=dist)
         dirs = manifest.arch_dirs(path)
         if not dirs:
             if builtin:  # a source checkout or a wheel built with TKREG_BUILD_PACKS=OFF
@@ -100,40 +147,74 @@ class Registry:
                 self.sources.append(src)
                 return
             return self._skip(src, f"no <arch>/{manifest.FILENAME} under {path}")
-        loaded = []
         try:
-            for d in dirs:
-                loaded.append((d, manifest.load(d / manifest.FILENAME)))
+            staged = self._read_pack(dirs, name, check=plugin is not None)
         except PackError as e:
             return self._skip(src, str(e))
+        except Exception as e:  # noqa: BLE001 - whatever is wrong with a pack skips it, not tkreg
+            return self._skip(src, f"unreadable pack ({type(e).__name__}: {e})")
+        src.archs = sorted({a for e in staged.values() for a in e.variants})
+        for op_name, new in staged.items():
+            self._merge(src, op_name, new)
+        self.sources.append(src)
+        log.info("tkreg: %s: %d op(s), archs %s", src.label, len(staged), ", ".join(src.archs))
+
+    def _read_pack(self, dirs: list, name: str, check: bool) -> dict[str, OpEntry]:
+        loaded = [(d, manifest.load(d / manifest.FILENAME)) for d in dirs]
         staged: dict[str, OpEntry] = {}
         for d, m in loaded:
             for op_name, op in m["ops"].items():
                 try:
                     spec = OpSpec.from_json(op["spec"])
                 except Exception as e:  # noqa: BLE001 - a malformed spec skips the pack, not tkreg
-                    return self._skip(src, f"op {op_name}: bad spec ({e})")
+                    raise PackError(f"op {op_name}: bad spec ({e})") from None
+                if spec.name != op_name:
+                    raise PackError(f"op {op_name}: its spec is named {spec.name}")
                 e = staged.setdefault(op_name, OpEntry(spec, name))
+                if _signature(e.spec) != _signature(spec):
+                    raise PackError(f"op {op_name}: its spec differs between archs")
                 e.variants.setdefault(m["arch"], []).extend((v, d, name) for v in op["variants"])
-            src.archs.append(m["arch"])
-        for op_name, new in staged.items():
-            cur = self.entries.get(op_name)
+        if check:
+            _check_plugin_pack(loaded, {n: e.spec for n, e in staged.items()})
+        return staged
+
+    def _merge(self, src: PackSource, op_name: str, new: OpEntry):
+        """Give `new` its plain name, its owner's extra variants, or a warning (see module doc)."""
+        plugin = src.plugin
+        if plugin:
+            self.qualified[f"{plugin}:{op_name}"] = OpEntry(
+                new.spec, src.name, {a: list(vs) for a, vs in new.variants.items()},
+                name=f"{plugin}:{op_name}")
+        own = f"; this one is reachable only as `{plugin}:{op_name}`" if plugin else ""
+        cur = self.entries.get(op_name)
+        if new.spec.extends:
             if cur is None:
-                if new.spec.extends:
-                    warnings.warn(f"tkreg: {name} extends {op_name}, which no pack defines; ignored",
-                                  RuntimeWarning, stacklevel=4)
-                    continue
-                self.entries[op_name] = new
-            elif new.spec.extends and _signature(new.spec) == _signature(cur.spec):
-                for arch, vs in new.variants.items():
-                    cur.variants.setdefault(arch, []).extend(vs)
-            else:
-                why = ("its signature differs" if new.spec.extends else "it does not set extends=True")
-                warnings.warn(f"tkreg: {name} also defines {op_name} (owned by {cur.owner}); {why}, so "
-                              f"{cur.owner}'s stays", RuntimeWarning, stacklevel=4)
-                continue
+                return self._note(src, f"{src.label} extends {op_name}, which no pack defines; "
+                                  f"nothing added{own}")
+            if _signature(new.spec) != _signature(cur.spec):
+                return self._note(src, f"{src.label} extends {op_name}, but its signature differs "
+                                  f"from {cur.owner}'s; nothing added{own}")
+            for arch, vs in new.variants.items():
+                # A plugin's variants show as `plugin:key` in the owner's table (explain, list).
+                rows = [({**v, "key": f"{plugin}:{v['key']}"} if plugin else v, d, s) for v, d, s in vs]
+                cur.variants.setdefault(arch, []).extend(rows)
+                cur.tables.pop(arch, None)
             src.ops.append(op_name)
-        self.sources.append(src)
+            return
+        if cur is None:
+            if plugin and new.spec.namespace == BUILTIN_NAMESPACE:
+                return self._note(src, f"{src.label} defines {op_name} in the built-ins' `tkreg` "
+                                  f"namespace without extends=True; not added as {op_name}{own}")
+            self.entries[op_name] = new
+            src.ops.append(op_name)
+            return
+        first = cur.owner.partition(":")[2] if cur.owner.startswith("plugin:") else None
+        if plugin and first:
+            return self._note(src, f"plugins `{first}` and `{plugin}` both define {op_name}: "
+                              f"{op_name} runs `{first}`'s (first by entry-point name); reach each "
+                              f"as `{first}:{op_name}` and `{plugin}:{op_name}`")
+        self._note(src, f"{src.label} also defines {op_name} (owned by {cur.owner}) without "
+                   f"extends=True, so {cur.owner}'s stays{own}")
 
     def register_pack(self, path) -> PackSource:
         """Add a pack folder (holding <arch>/manifest.json) copied onto this machine."""
@@ -151,10 +232,15 @@ class Registry:
 
     # ---- ops ------------------------------------------------------------------------------
     def entry(self, name: str) -> OpEntry:
+        """`ns.op` (or a bare `op` of the built-ins), or `plugin:ns.op` for one plugin's own."""
         self._ensure()
-        e = self.entries.get(name) or self.entries.get(f"tkreg.{name}")
+        if ":" in name:
+            e = self.qualified.get(name)
+        else:
+            e = self.entries.get(name) or self.entries.get(f"{BUILTIN_NAMESPACE}.{name}")
         if e is None:
-            known = ", ".join(sorted(self.entries)) or "none (no pack loaded: see `tkreg doctor`)"
+            known = ", ".join(sorted(self.entries) + sorted(self.qualified)) \
+                or "none (no pack loaded: see `tkreg doctor`)"
             raise NoKernelError(f"unknown op {name!r}; registered ops: {known}")
         return e
 
@@ -212,7 +298,7 @@ class Registry:
     def explain(self, name: str, args: tuple, arch: str | None = None) -> list:
         """[(variant key, chosen, reason)] for a launcher-ordered call, without launching."""
         e = self.entry(name)
-        op = self.op(e.spec.name)
+        op = self.op(e.name)
         if arch is None:
             dev = op.device_of(*args)
             table = self._resolve(e, dev)

@@ -1,4 +1,8 @@
-"""`python -m build_tools build --out DIR [--arch A ...] [--only OP ...] [--src S] [-j N]`."""
+"""`python -m build_tools build --out DIR [--arch A ...] [--only OP ...] [--src S] [-j N]`.
+
+`python -m build_tools cmake-dir` prints the folder holding TkregPack.cmake (`tkreg_add_pack`),
+for a plugin's CMakeLists.txt.
+"""
 from __future__ import annotations
 
 import argparse
@@ -24,7 +28,11 @@ def main(argv=None) -> int:
     b.add_argument("--cache", type=Path, default=None, help="compile cache (default $TKREG_CACHE_DIR "
                    "or build/cache)")
     b.add_argument("--no-progress", action="store_true")
+    sub.add_parser("cmake-dir", help="print the folder of TkregPack.cmake (tkreg_add_pack) for CMake")
     args = ap.parse_args(argv)
+    if args.cmd == "cmake-dir":
+        print(Path(__file__).resolve().parent / "cmake")
+        return 0
     try:
         rep = build(args.out, tuple(args.arch or DEFAULT_ARCHS), tuple(args.only), args.src,
                     args.jobs, args.namespace, args.cache, progress=not args.no_progress)

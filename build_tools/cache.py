@@ -17,8 +17,16 @@ _TOOL_FILES = ("compile.py", "plan.py", "tir_expr.py")
 
 
 def default_dir() -> Path:
+    """$TKREG_CACHE_DIR; else build/cache in a tkreg checkout; else (build_tools installed from
+    the tkreg wheel, as plugin builds use it) $XDG_CACHE_HOME/tkreg/build or ~/.cache/tkreg/build."""
     env = os.environ.get("TKREG_CACHE_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "build" / "cache"
+    if env:
+        return Path(env)
+    root = Path(__file__).resolve().parent.parent
+    if (root / "kernels_src").is_dir() and (root / "pyproject.toml").is_file():
+        return root / "build" / "cache"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "tkreg" / "build"
 
 
 def _tool_hash() -> str:

@@ -33,7 +33,8 @@ def launcher():
     dtypes = tuple(getattr(torch, n, None) or _Missing() for n in DTYPES)
     T = torch.Tensor
     _launcher.init(dtypes, torch.empty, get_stream, LaunchError,
-                   (T.data_ptr, T.size, T.is_contiguous, T.get_device, T.stride, torch.empty_like, T.new_empty))
+                   (T.data_ptr, T.size, T.is_contiguous, T.get_device, T.stride, torch.empty_like, T.new_empty,
+                    torch.is_grad_enabled))
     _enable_shim(_launcher, torch)
     return _launcher
 

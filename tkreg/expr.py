@@ -146,3 +146,36 @@ def assemble(prog: list, slots: dict) -> list[int]:
     if depth != 1:
         raise SpecError(f"malformed program {prog!r}")
     return code
+
+
+_PY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+       "//": lambda a, b: a // b, "%": lambda a, b: a % b, "min": min, "max": max,
+       "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+       "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+       "and": lambda a, b: a and b, "or": lambda a, b: a or b,
+       "tdiv": lambda a, b: abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1),
+       "tmod": lambda a, b: a - abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1) * b}
+
+
+def evaluate(prog: list, env: dict):
+    """Evaluate in Python: for torch's symbolic sizes (fake tensors under torch.compile) and for
+    build-time checks; the launcher evaluates programs in C."""
+    stack: list = []
+    for t in prog:
+        if isinstance(t, int):
+            stack.append(t)
+        elif t.startswith("$"):
+            stack.append(env[t[1:]])
+        elif t == "neg":
+            stack.append(-stack.pop())
+        elif t == "not":
+            stack.append(not stack.pop())
+        elif t == "select":
+            b, a, c = stack.pop(), stack.pop(), stack.pop()
+            stack.append(a if c else b)
+        elif t in _PY:
+            b, a = stack.pop(), stack.pop()
+            stack.append(_PY[t](a, b))
+        else:
+            raise SpecError(f"operator {t!r} cannot be evaluated in Python")
+    return stack[0]

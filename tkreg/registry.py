@@ -257,8 +257,9 @@ class Registry:
     def _build_op(self, e: OpEntry):
         from ._runtime import launcher
         words, strings = assemble.op_words(e.spec)
-        return launcher().Op(e.spec.name, words, strings,
-                             functools.partial(self._resolve, e), functools.partial(_fallback, e.spec))
+        from .torch_library import autograd_path
+        return launcher().Op(e.spec.name, words, strings, functools.partial(self._resolve, e),
+                             functools.partial(_fallback, e.spec), functools.partial(autograd_path, e.spec))
 
     def arch_of(self, dev: int) -> str | None:
         import torch

@@ -56,7 +56,7 @@ static PyObject *g_dtypes[NDTYPES], *g_empty, *g_get_stream;
 /* torch.Tensor's own method descriptors, called directly: skips the per-call method lookup. */
 static PyObject *m_data_ptr, *m_size, *m_is_contiguous, *m_get_device, *m_stride, *m_empty_like, *m_new_empty;
 static PyObject *g_LaunchError;
-static PyObject *s_dtype, *s_cdata;
+static PyObject *s_dtype, *s_cdata, *s_requires_grad, *g_is_grad_enabled;
 
 /* Fast path: torch's ABI-stable C shim (the AOTInductor `aoti_torch_*` functions, exported by
  * the libtorch that `import torch` already loaded; dlsym'ed, never linked) reads sizes, strides,
@@ -75,6 +75,7 @@ static struct {
     shim_get_i64 dim;
     shim_get_i32 dtype, device_type, device_index;
     int32_t (*stream)(int32_t, void **);
+    _Bool (*grad_enabled)(void);
     int32_t scalar_type[NDTYPES], cpu, cuda;
     PyObject *types[2];
 } g_shim;
@@ -379,7 +380,7 @@ typedef struct { int role, optional, rank, dmode, darg, name, like, newsrc; Prog
 
 typedef struct {
     PyObject_HEAD
-    PyObject *name, *strings, *resolve, *fallback;
+    PyObject *name, *strings, *resolve, *fallback, *grad_hook;
     int nt, ns, nsym, nout;
     TSig t[MAXT];
     int stype[MAXT], sname[MAXT];
@@ -392,7 +393,7 @@ typedef struct {
 
 static void Op_dealloc(PyObject *self) {
     Op *o = (Op *)self;
-    Py_XDECREF(o->name); Py_XDECREF(o->strings); Py_XDECREF(o->resolve); Py_XDECREF(o->fallback);
+    Py_XDECREF(o->name); Py_XDECREF(o->strings); Py_XDECREF(o->resolve); Py_XDECREF(o->fallback); Py_XDECREF(o->grad_hook);
     for (int i = 0; i <= MAXDEV; i++) Py_XDECREF(o->dev_table[i]);
     PyMem_Free(o->words);
     PyTypeObject *tp = Py_TYPE(self);
@@ -401,16 +402,18 @@ static void Op_dealloc(PyObject *self) {
 }
 
 /* Op(name, words: bytes, strings: tuple, resolve: callable(dev) -> tuple[Variant] | None,
+ *    grad_hook: callable(args) -> result, called instead when autograd must see the call,
  *    fallback: callable(args, miss) -> result: runs the reference, or raises NoKernelError(miss)) */
 static PyObject *Op_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
-    PyObject *name, *buf, *strings, *resolve, *fallback;
-    if (!PyArg_ParseTuple(args, "UOO!OO:Op", &name, &buf, &PyTuple_Type, &strings, &resolve, &fallback)) return NULL;
+    PyObject *name, *buf, *strings, *resolve, *fallback, *grad_hook;
+    if (!PyArg_ParseTuple(args, "UOO!OOO:Op", &name, &buf, &PyTuple_Type, &strings, &resolve, &fallback, &grad_hook)) return NULL;
     Op *o = (Op *)((allocfunc)PyType_GetSlot(tp, Py_tp_alloc))(tp, 0);
     if (!o) return NULL;
     Py_INCREF(name); o->name = name;
     Py_INCREF(strings); o->strings = strings;
     Py_INCREF(resolve); o->resolve = resolve;
     Py_INCREF(fallback); o->fallback = fallback;
+    Py_INCREF(grad_hook); o->grad_hook = grad_hook;
     o->memo_idx = -1;
     Py_ssize_t n;
     if (!(o->words = copy_words(buf, &n))) goto fail;
@@ -708,6 +711,30 @@ static int validate(Op *o, PyObject *args, Call *c) {
     return 0;
 }
 
+/* 1 when grad mode is on and an input requires grad: autograd must record this call, which the
+ * fast path cannot do, so Python's hook routes it (or refuses it).  -1 on error. */
+static int needs_autograd(Op *o, Call *c) {
+    int on;
+    if (g_shim.ok && g_shim.grad_enabled) {
+        on = g_shim.grad_enabled();
+    } else {
+        PyObject *r = g_is_grad_enabled ? PyObject_CallObject(g_is_grad_enabled, NULL) : NULL;
+        if (!r) { PyErr_Clear(); return 0; }
+        on = r == Py_True;
+        Py_DECREF(r);
+    }
+    if (!on) return 0;
+    for (int i = 0; i < o->nt; i++) {
+        if (!c->t[i].obj || (o->t[i].role != ROLE_IN && o->t[i].role != ROLE_INPLACE)) continue;
+        PyObject *r = PyObject_GetAttr(c->t[i].obj, s_requires_grad);
+        if (!r) return -1;
+        int yes = r == Py_True;
+        Py_DECREF(r);
+        if (yes) return 1;
+    }
+    return 0;
+}
+
 /* The variants for the call's device (cached), or Py_None when the fallback runs.  Borrowed. */
 static PyObject *device_table(Op *o, int dev) {
     int slot = dev < 0 ? 0 : dev + 1;
@@ -948,6 +975,8 @@ static PyObject *Op_call(PyObject *self, PyObject *args, PyObject *kw) {
     if (kw && PyDict_Size(kw)) { PyErr_Format(PyExc_TypeError, "%U: the launcher takes positional arguments only", o->name); return NULL; }
     Call c;
     if (validate(o, args, &c)) return NULL;
+    int g = needs_autograd(o, &c);
+    if (g) return g < 0 ? NULL : PyObject_CallFunctionObjArgs(o->grad_hook, args, NULL);
     PyObject *table = device_table(o, c.dev);
     if (!table) return NULL;
     if (table == Py_None) return PyObject_CallFunctionObjArgs(o->fallback, args, Py_None, NULL);
@@ -1019,7 +1048,7 @@ static PyType_Spec Op_spec = {"tkreg._launcher.Op", sizeof(Op), 0, Py_TPFLAGS_DE
 static PyObject *m_init(PyObject *m, PyObject *args) {
     PyObject *dtypes, *empty, *get_stream, *launcherr, *meth;
     if (!PyArg_ParseTuple(args, "O!OOOO!:init", &PyTuple_Type, &dtypes, &empty, &get_stream, &launcherr, &PyTuple_Type, &meth)) return NULL;
-    if (PyTuple_Size(meth) != 7) { PyErr_SetString(PyExc_ValueError, "init: expected 7 tensor methods"); return NULL; }
+    if (PyTuple_Size(meth) != 8) { PyErr_SetString(PyExc_ValueError, "init: expected 8 torch callables"); return NULL; }
     if (PyTuple_Size(dtypes) != NDTYPES) { PyErr_Format(PyExc_ValueError, "init: expected %d dtypes", NDTYPES); return NULL; }
 #define SET(var, val) do { PyObject *old_ = (var); Py_INCREF(val); (var) = (val); Py_XDECREF(old_); } while (0)
     for (int i = 0; i < NDTYPES; i++) SET(g_dtypes[i], PyTuple_GetItem(dtypes, i));
@@ -1033,6 +1062,7 @@ static PyObject *m_init(PyObject *m, PyObject *args) {
     SET(m_stride, PyTuple_GetItem(meth, 4));
     SET(m_empty_like, PyTuple_GetItem(meth, 5));
     SET(m_new_empty, PyTuple_GetItem(meth, 6));
+    SET(g_is_grad_enabled, PyTuple_GetItem(meth, 7));
 #undef SET
     Py_RETURN_NONE;
 }
@@ -1060,6 +1090,7 @@ static PyObject *m_enable_shim(PyObject *m, PyObject *args) {
     FIND(g_shim.device_type, "aoti_torch_get_device_type");
     FIND(g_shim.device_index, "aoti_torch_get_device_index");
     FIND(g_shim.stream, "aoti_torch_get_current_cuda_stream");
+    FIND(g_shim.grad_enabled, "aoti_torch_grad_mode_is_enabled");
     int32_t (*code)(void);
     FIND(code, "aoti_torch_device_type_cpu");
     g_shim.cpu = code ? code() : -99;
@@ -1166,7 +1197,7 @@ static PyObject *m_bench(PyObject *m, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"init", m_init, METH_VARARGS, "init(dtypes, torch.empty, get_raw_stream, LaunchError, (Tensor.data_ptr, .size, .is_contiguous, .get_device, .stride, torch.empty_like, Tensor.new_empty))"},
+    {"init", m_init, METH_VARARGS, "init(dtypes, torch.empty, get_raw_stream, LaunchError, (Tensor.data_ptr, .size, .is_contiguous, .get_device, .stride, torch.empty_like, Tensor.new_empty, torch.is_grad_enabled))"},
     {"enable_shim", m_enable_shim, METH_VARARGS, "enable_shim(libtorch paths, dtype names, (Tensor, Parameter)) -> bool"},
     {"disable_shim", m_disable_shim, METH_NOARGS, "use the attribute path only"},
     {"shim_probe", m_shim_probe, METH_O, "what the fast path reads from a tensor (for the self-check)"},
@@ -1177,7 +1208,7 @@ static PyMethodDef methods[] = {
 
 static int exec_module(PyObject *m) {
 #define INTERN(var, s) if (!(var = PyUnicode_InternFromString(s))) return -1;
-    INTERN(s_dtype, "dtype") INTERN(s_cdata, "_cdata")
+    INTERN(s_dtype, "dtype") INTERN(s_cdata, "_cdata") INTERN(s_requires_grad, "requires_grad")
     PyObject *vt = PyType_FromSpec(&Variant_spec);
     if (!vt || PyModule_AddObject(m, "Variant", vt)) return -1;
     PyObject *ot = PyType_FromSpec(&Op_spec);

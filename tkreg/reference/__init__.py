@@ -4,4 +4,4 @@ returns its outputs (a tensor or a tuple), computing in fp32 and rounding once, 
 Specs name them as "tkreg.reference.<family>:<function>".
 """
 from .gemm import gemm  # noqa: F401
-from .norm import rms_norm  # noqa: F401
+from .norm import fused_add_rms_norm, rms_norm, rms_norm_backward  # noqa: F401

@@ -7,3 +7,19 @@ def rms_norm(x, weight, eps=1e-6):
     xf = x.float()
     r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return (xf * r * weight.float()).to(x.dtype)
+
+
+def fused_add_rms_norm(x, residual, weight, eps=1e-6):
+    """In place, like the kernel: residual <- round(x + residual); x <- rms_norm(residual)."""
+    residual.copy_((x.float() + residual.float()).to(residual.dtype))
+    x.copy_(rms_norm(residual, weight, eps))
+
+
+def rms_norm_backward(dy, x, weight, eps=1e-6):
+    import torch
+    xf, g = x.float(), dy.float() * weight.float()
+    r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    n = x.shape[-1]
+    dx = r * g - (r ** 3) * (g * xf).sum(-1, keepdim=True) / n * xf
+    dw = (dy.float() * xf * r).sum(0)
+    return dx.to(x.dtype), dw.to(x.dtype)

@@ -163,3 +163,35 @@ def test_no_variant_raises_or_falls_back(monkeypatch):
         tkreg.ops.rms_norm(x, w)
     monkeypatch.setenv("TKREG_FALLBACK", "reference")
     torch.testing.assert_close(tkreg.ops.rms_norm(x, w), reference.rms_norm(x, w))
+
+
+@pytest.mark.parametrize("dt", [BF16, FP16])
+@pytest.mark.parametrize("n", [2048, 5120, 7168])
+@pytest.mark.parametrize("m", [1, 37, 4097, 0])
+def test_fused_add_rms_norm_is_in_place_and_exact(m, n, dt, seed):
+    x = torch.randn(m, n, dtype=dt, device="cuda")
+    r = torch.randn(m, n, dtype=dt, device="cuda")
+    w = torch.randn(n, dtype=dt, device="cuda")
+    xr, rr = x.clone(), r.clone()
+    reference.fused_add_rms_norm(xr, rr, w, 1e-6)
+    out = tkreg.ops.fused_add_rms_norm(x, r, w, 1e-6)
+    assert out[0] is x and out[1] is r
+    torch.testing.assert_close(r, rr, rtol=0, atol=0)  # the rounded sum is exact
+    torch.testing.assert_close(x, xr, **TOL[dt])
+    # x is exactly rms_norm of the new residual, as the kernel promises
+    torch.testing.assert_close(x, tkreg.ops.rms_norm(r, w, 1e-6), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dt", [BF16, FP16])
+@pytest.mark.parametrize("n", [1024, 4096, 7168])
+@pytest.mark.parametrize("m", [1, 37, 4097, 0])
+def test_rms_norm_backward_matches_reference(m, n, dt, seed):
+    dy = torch.randn(m, n, dtype=dt, device="cuda")
+    x = torch.randn(m, n, dtype=dt, device="cuda")
+    w = torch.randn(n, dtype=dt, device="cuda")
+    dx, dw = tkreg.ops.rms_norm_backward(dy, x, w, 1e-6)
+    rdx, rdw = reference.rms_norm_backward(dy, x, w, 1e-6)
+    if m:
+        assert rel_err(dx, rdx) < 1e-2 and rel_err(dw, rdw) < 1e-2, (m, n, dt)
+    else:
+        assert dx.shape == (0, n) and torch.count_nonzero(dw) == 0

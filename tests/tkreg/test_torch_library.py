@@ -1,0 +1,109 @@
+"""torch.ops registration, fake tensors, compile and autograd, checked on the CPU through the
+reference fallback (the GPU twin is tests/tkreg/test_torch_library_gpu.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tkreg
+from tkreg import reference
+from tkreg.registry import REGISTRY
+from tkreg.torch_library import schema
+
+BF16 = torch.bfloat16
+
+
+@pytest.fixture(autouse=True)
+def cpu_reference(monkeypatch):
+    monkeypatch.setenv("TKREG_FALLBACK", "reference")
+
+
+def test_schemas_follow_the_specs():
+    assert schema(REGISTRY.entry("tkreg.rms_norm").spec) == "rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor"
+    assert schema(REGISTRY.entry("tkreg.gemm").spec) == "gemm(Tensor a, Tensor b) -> Tensor"
+    assert schema(REGISTRY.entry("tkreg.fused_add_rms_norm").spec) == \
+        "fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps=1e-06) -> ()"
+    assert schema(REGISTRY.entry("tkreg.rms_norm_backward").spec) == \
+        "rms_norm_backward(Tensor dy, Tensor x, Tensor weight, float eps=1e-06) -> (Tensor, Tensor)"
+
+
+def test_every_op_is_registered():
+    for o in tkreg.list_ops():
+        ns, short = o["op"].split(".", 1)
+        assert hasattr(getattr(torch.ops, ns), short), o["op"]
+
+
+@pytest.mark.parametrize("op, args", [
+    ("rms_norm", lambda: (torch.randn(5, 1024, dtype=BF16), torch.randn(1024, dtype=BF16), 1e-5)),
+    ("gemm", lambda: (torch.randn(7, 64, dtype=BF16), torch.randn(24, 64, dtype=BF16))),
+    ("fused_add_rms_norm", lambda: (torch.randn(3, 2048, dtype=BF16), torch.randn(3, 2048, dtype=BF16),
+                                    torch.randn(2048, dtype=BF16), 1e-6)),
+    ("rms_norm_backward", lambda: (torch.randn(4, 1024, dtype=BF16), torch.randn(4, 1024, dtype=BF16),
+                                   torch.randn(1024, dtype=BF16), 1e-6)),
+])
+def test_opcheck(op, args):
+    torch.library.opcheck(getattr(torch.ops.tkreg, op).default, args(),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def _block(x, w1, w_up, w_down):
+    h = tkreg.ops.rms_norm(x, w1)
+    u = tkreg.ops.gemm(h, w_up)
+    u = torch.nn.functional.silu(u)
+    return tkreg.ops.gemm(u.contiguous(), w_down)
+
+
+def test_compile_fullgraph_matches_eager(seed):
+    x = torch.randn(8, 1024, dtype=BF16)
+    w1, wu, wd = torch.randn(1024, dtype=BF16), torch.randn(256, 1024, dtype=BF16), torch.randn(1024, 256, dtype=BF16)
+    eager = _block(x, w1, wu, wd)
+    compiled = torch.compile(_block, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(x, w1, wu, wd), eager)
+
+
+def test_compiled_out_and_inplace_forms(seed):
+    def f(x, r, w, out):
+        tkreg.ops.fused_add_rms_norm(x, r, w)
+        return tkreg.ops.rms_norm(x, w, out=out)
+    args = [torch.randn(3, 2048, dtype=BF16), torch.randn(3, 2048, dtype=BF16), torch.randn(2048, dtype=BF16)]
+    e_args = [a.clone() for a in args]
+    want = f(*e_args, torch.empty(3, 2048, dtype=BF16))
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(*args, torch.empty(3, 2048, dtype=BF16))
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(args[1], e_args[1])
+
+
+def test_rms_norm_autograd_matches_torch(seed):
+    x = torch.randn(6, 1024, dtype=torch.float32).to(BF16).requires_grad_()
+    w = torch.randn(1024, dtype=BF16).requires_grad_()
+    y = tkreg.ops.rms_norm(x, w)
+    assert y.grad_fn is not None
+    g = torch.randn_like(y)
+    y.backward(g)
+    x2, w2 = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    (torch.nn.functional.rms_norm(x2, (1024,), w2, 1e-6) * g.float()).sum().backward()
+    torch.testing.assert_close(x.grad.float(), x2.grad, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(w.grad.float(), w2.grad, rtol=2e-2, atol=5e-2)
+
+
+def test_ops_without_backward_refuse_clearly():
+    a = torch.randn(4, 64, dtype=BF16, requires_grad=True)
+    with pytest.raises(RuntimeError, match="tkreg.gemm has no backward kernel"):
+        tkreg.ops.gemm(a, torch.randn(8, 64, dtype=BF16))
+    with pytest.raises(RuntimeError, match="out= tensors do not support autograd"):
+        tkreg.ops.rms_norm(torch.randn(2, 1024, dtype=BF16, requires_grad=True), torch.randn(1024, dtype=BF16),
+                           out=torch.empty(2, 1024, dtype=BF16))
+    with torch.no_grad():
+        tkreg.ops.gemm(a, torch.randn(8, 64, dtype=BF16))
+
+
+def test_reference_backward_matches_autograd(seed):
+    x = torch.randn(5, 1024, dtype=torch.float64)
+    w = torch.randn(1024, dtype=torch.float64)
+    dy = torch.randn(5, 1024, dtype=torch.float64)
+    dx, dw = reference.rms_norm_backward(dy, x, w, 1e-6)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    (reference.rms_norm(xr, wr, 1e-6) * dy).sum().backward()
+    # the reference computes in fp32, as the kernels do
+    torch.testing.assert_close(dx, xr.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(dw, wr.grad, rtol=1e-4, atol=1e-5)

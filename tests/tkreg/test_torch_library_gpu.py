@@ -1,0 +1,108 @@
+"""torch.compile, opcheck, autograd and CUDA graphs with the real kernels."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tkreg
+from tkreg import reference
+
+pytestmark = pytest.mark.gpu
+BF16 = torch.bfloat16
+
+
+def rel_err(got, want):
+    got, want = got.double(), want.double()
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+class Block(torch.nn.Module):
+    """rms_norm -> gemm (gate|up) -> SwiGLU -> gemm, with a residual: a transformer MLP."""
+
+    def __init__(self, d=2048, i=4096):
+        super().__init__()
+        self.norm = torch.nn.Parameter(torch.randn(d, dtype=BF16))
+        self.up = torch.nn.Parameter(torch.randn(2 * i, d, dtype=BF16) / d ** 0.5)
+        self.down = torch.nn.Parameter(torch.randn(d, i, dtype=BF16) / i ** 0.5)
+
+    def forward(self, x):
+        h = tkreg.ops.rms_norm(x, self.norm)
+        gu = tkreg.ops.gemm(h, self.up)
+        swiglu = getattr(tkreg.ops, "silu_and_mul", None)
+        if swiglu is not None:
+            a = swiglu(gu)
+        else:
+            g, u = gu.chunk(2, dim=-1)
+            a = (torch.nn.functional.silu(g.float()) * u.float()).to(BF16)
+        return x + tkreg.ops.gemm(a.contiguous(), self.down)
+
+
+@pytest.mark.parametrize("tokens", [1, 77, 512])
+def test_compiled_block_matches_eager(tokens, seed):
+    blk = Block().cuda()
+    x = torch.randn(tokens, 2048, dtype=BF16, device="cuda")
+    with torch.no_grad():
+        eager = blk(x)
+        compiled = torch.compile(blk, fullgraph=True)(x)
+    assert rel_err(compiled, eager) < 1e-2
+
+
+@pytest.mark.parametrize("op, make", [
+    ("rms_norm", lambda: (torch.randn(33, 4096, dtype=BF16, device="cuda"), torch.randn(4096, dtype=BF16, device="cuda"), 1e-6)),
+    ("gemm", lambda: (torch.randn(33, 256, dtype=BF16, device="cuda"), torch.randn(128, 256, dtype=BF16, device="cuda"))),
+    ("fused_add_rms_norm", lambda: (torch.randn(9, 2048, dtype=BF16, device="cuda"), torch.randn(9, 2048, dtype=BF16, device="cuda"),
+                                    torch.randn(2048, dtype=BF16, device="cuda"), 1e-6)),
+    ("rms_norm_backward", lambda: (torch.randn(40, 1024, dtype=BF16, device="cuda"), torch.randn(40, 1024, dtype=BF16, device="cuda"),
+                                   torch.randn(1024, dtype=BF16, device="cuda"), 1e-6)),
+])
+def test_opcheck_on_gpu(op, make):
+    torch.library.opcheck(getattr(torch.ops.tkreg, op).default, make())
+
+
+def test_training_step_gradients(seed):
+    x = torch.randn(64, 4096, dtype=BF16, device="cuda", requires_grad=True)
+    w = torch.randn(4096, dtype=BF16, device="cuda", requires_grad=True)
+    g = torch.randn(64, 4096, dtype=BF16, device="cuda")
+    tkreg.ops.rms_norm(x, w).backward(g)
+    xr, wr = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    (reference.rms_norm(xr, wr) * g.float()).sum().backward()
+    assert rel_err(x.grad, xr.grad) < 2e-2 and rel_err(w.grad, wr.grad) < 2e-2
+
+
+def test_compiled_training_step(seed):
+    def loss(x, w):
+        return tkreg.ops.rms_norm(x, w).float().square().mean()
+    x = torch.randn(32, 2048, dtype=BF16, device="cuda", requires_grad=True)
+    w = torch.randn(2048, dtype=BF16, device="cuda", requires_grad=True)
+    torch.compile(loss, fullgraph=True)(x, w).backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    loss(x, w).backward()
+    assert rel_err(gx, x.grad) < 1e-2 and rel_err(gw, w.grad) < 1e-2
+
+
+def test_cuda_graph_of_a_sequence_equals_eager(seed):
+    x = torch.randn(16, 4096, dtype=BF16, device="cuda")
+    r = torch.randn(16, 4096, dtype=BF16, device="cuda")
+    w = torch.randn(4096, dtype=BF16, device="cuda")
+    b = torch.randn(512, 4096, dtype=BF16, device="cuda")
+
+    def seq(x, r):
+        tkreg.ops.fused_add_rms_norm(x, r, w)
+        return tkreg.ops.gemm(tkreg.ops.rms_norm(x, w), b)
+
+    x0, r0 = x.clone(), r.clone()
+    want = seq(x0.clone(), r0.clone())
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        seq(x.clone(), r.clone())
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = seq(x, r)
+    x.copy_(x0)
+    r.copy_(r0)
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, want, rtol=0, atol=0)

@@ -102,7 +102,7 @@ def test_fresh_venv_lists_doctors_and_verifies_the_plugin(venv):
 
 
 CALL = r"""
-import warnings; warnings.simplefilter("error")
+import warnings; warnings.filterwarnings("error", message="tkreg")   # no plugin warning
 import torch, tkreg, tkreg_example
 from tkreg_example import reference
 for dt in (torch.bfloat16, torch.float16):

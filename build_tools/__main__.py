@@ -1,5 +1,6 @@
 """`python -m build_tools build --out DIR [--arch A ...] [--only OP ...] [--src S] [-j N]`.
 
+`python -m build_tools jit-time` times what tilelang's JIT would pay per kernel.
 `python -m build_tools cmake-dir` prints the folder holding TkregPack.cmake (`tkreg_add_pack`),
 for a plugin's CMakeLists.txt.
 """
@@ -29,10 +30,17 @@ def main(argv=None) -> int:
                    "or build/cache)")
     b.add_argument("--no-progress", action="store_true")
     sub.add_parser("cmake-dir", help="print the folder of TkregPack.cmake (tkreg_add_pack) for CMake")
+    j = sub.add_parser("jit-time", help="time what tilelang's JIT pays per kernel (the cold-start contrast)")
+    j.add_argument("--src", default="kernels_src")
+    j.add_argument("--only", action="append", default=[])
+    j.add_argument("--arch", default="sm_90a")
     args = ap.parse_args(argv)
     if args.cmd == "cmake-dir":
         print(Path(__file__).resolve().parent / "cmake")
         return 0
+    if args.cmd == "jit-time":
+        from .jit_time import main as jit_main
+        return jit_main(args)
     try:
         rep = build(args.out, tuple(args.arch or DEFAULT_ARCHS), tuple(args.only), args.src,
                     args.jobs, args.namespace, args.cache, progress=not args.no_progress)

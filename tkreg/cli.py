@@ -13,6 +13,9 @@ def _list(args) -> int:
     if args.json:
         print(json.dumps(ops, indent=1))
         return 0
+    if args.markdown:
+        print(markdown_table(ops))
+        return 0
     if not ops:
         print("no ops registered (see `tkreg doctor`)")
         return 1
@@ -23,6 +26,25 @@ def _list(args) -> int:
         nv = ", ".join(f"{a}: {len(v)}" for a, v in o["variants"].items())
         print(f"{o['op']:{w}} {','.join(o['archs']):18} {dt:24} {nv:24} {o['owner']}")
     return 0
+
+
+def _signature(o: dict) -> str:
+    sig = o["signature"]
+    ins = [f"{t['name']}[{', '.join(t['shape'])}]" + ("!" if t["role"] == "inplace" else "")
+           for t in sig["tensors"] if t["role"] in ("input", "inplace")]
+    ins += [f"{s['name']}={s['default']}" for s in sig["scalars"]]
+    outs = [f"{t['name']}[{', '.join(t['shape'])}]" for t in sig["tensors"] if t["role"] == "output"]
+    return f"({', '.join(ins)}) -> " + (", ".join(outs) if outs else "in place")
+
+
+def markdown_table(ops: list) -> str:
+    """The README's ops table (`tkreg list --markdown`); `!` marks tensors written in place."""
+    rows = ["| op | signature | dtypes | variants (sm_90a / sm_100a) | what |", "|---|---|---|---|---|"]
+    for o in ops:
+        dt = "; ".join(f"{k}: {'/'.join(v)}" for k, v in o["dtypes"].items())
+        nv = " / ".join(str(len(o["variants"].get(a, []))) for a in ("sm_90a", "sm_100a"))
+        rows.append(f"| `{o['op']}` | `{_signature(o)}` | {dt} | {nv} | {o['doc']} |")
+    return "\n".join(rows)
 
 
 def _doctor(args) -> int:
@@ -119,6 +141,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("list", help="registered ops, archs, dtypes and variants")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--markdown", action="store_true", help="the README's ops table")
     p.set_defaults(fn=_list)
     sub.add_parser("doctor", help="driver, GPUs, packs, plugins and switches (works without a GPU)").set_defaults(fn=_doctor)
     sub.add_parser("verify", help="check sha256 and ELF arch of every cubin; exit 1 on a mismatch").set_defaults(fn=_verify)

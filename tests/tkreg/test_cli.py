@@ -51,3 +51,18 @@ def test_verify_passes_then_fails_on_a_corrupt_pack(tmp_path):
     r = run("verify", env={"TKREG_PACKS": str(bad)})
     assert r.returncode == 1
     assert "FAIL" in r.stdout and victim.name in r.stdout
+
+
+def test_readme_ops_table_matches_the_wheel():
+    """README's ops table is `tkreg list --markdown` of the installed wheel (skipped outside a checkout)."""
+    import pathlib
+
+    import pytest
+    readme = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+    if not readme.exists():
+        pytest.skip("no README.md beside the tests (they run from a copy)")
+    text = readme.read_text()
+    table = text.split("<!-- ops:begin -->\n", 1)[1].split("<!-- ops:end -->", 1)[0].strip()
+    r = run("list", "--markdown")
+    assert r.returncode == 0, r.stderr
+    assert table == r.stdout.strip(), "README's ops table is stale: paste `tkreg list --markdown` into it"

@@ -1,0 +1,119 @@
+"""Gated activations: silu_and_mul and swiglu over x[T, N] = [gate | up] -> out[T, N // 2].
+
+Both read each input element once and write each output once, in fp32 with one rounding:
+
+    silu_and_mul:  out = g / (1 + exp(-g)) * u
+    swiglu:        g' = min(g, limit), u' = clamp(u, -limit, limit)   (only when limit > 0)
+                   out = g' / (1 + exp(-(alpha * g'))) * (u' + beta)
+
+with g = x[:, :N/2] and u = x[:, N/2:] widened to fp32.  Every step is an IEEE fp32 operation in
+that order (precise `expf`, IEEE division, no fused multiply-add, as torch's CUDA kernels do), so
+`tkreg.reference.activation` reproduces the kernels bit for bit.  Clamps keep NaN (torch.clamp's
+rule).  GPT-OSS's activation is swiglu(limit=7, alpha=1.702, beta=1) on *de-interleaved*
+gate/up rows (its checkpoints interleave them; reorder the weight once at load time).
+
+Layout: a 2-D grid, tokens on x (so any T up to the int32 element limit launches) and column
+blocks of `threads * vec` outputs on y.  Each thread owns one `vec`-wide column slice of `rows`
+consecutive tokens: it issues all 2 * rows loads (16 bytes each when vec == 8) before any math,
+then writes `rows` 16-byte stores (`T.stg128`: left to itself, nvcc 13.0 splits the local-array
+copy into 4-byte stores on sm_90a); no shared memory, one pass.
+
+Variants (per dtype bf16/fp16, per arch): vec=8 serves N % 16 == 0 (I = N/2 a multiple of 8:
+every intermediate size of real models, TP-sharded or not); vec=1 serves any other even N at
+lower bandwidth; odd N is rejected (no variant: `needs N % 2 == 0`).
+"""
+from tkreg.spec import OpSpec, Scalar, Tensor, Variant
+
+DTYPES = ("bfloat16", "float16")
+ROWS, THREADS = 4, 128
+
+
+def gated_kernel(op: str, dtype: str, vec: int, rows: int = ROWS, threads: int = THREADS):
+    """op: "silu_and_mul" (no scalars) or "swiglu" (limit, alpha, beta)."""
+    import tilelang.language as T
+
+    Tn, N = T.dynamic("T"), T.dynamic("N")
+    I = N // 2  # noqa: E741
+    f32 = "float32"
+
+    @T.macro
+    def run(x, out, limit, alpha, beta, clamp: bool, scaled: bool):
+        with T.Kernel(T.ceildiv(Tn, rows), T.ceildiv(I, threads * vec), threads=threads) as (bt, bc):
+            if vec > 1:
+                T.assume(N % (2 * vec) == 0)
+            g = T.alloc_local((rows, vec), dtype)
+            u = T.alloc_local((rows, vec), dtype)
+            o = T.alloc_local((rows, vec), dtype)
+            c = (bc * threads + T.get_thread_binding()) * vec
+            if c < I:
+                for r in T.unroll(rows):
+                    if bt * rows + r < Tn:
+                        for e in T.vectorized(vec):
+                            g[r, e] = x[bt * rows + r, c + e]
+                        for e in T.vectorized(vec):
+                            u[r, e] = x[bt * rows + r, I + c + e]
+                for r in T.unroll(rows):
+                    if bt * rows + r < Tn:
+                        for e in T.unroll(vec):
+                            gf = T.cast(g[r, e], f32)
+                            uf = T.cast(u[r, e], f32)
+                            if clamp:
+                                on = limit > T.float32(0)
+                                gf = T.if_then_else(on and gf > limit, limit, gf)
+                                uf = T.if_then_else(on and uf > limit, limit, uf)
+                                uf = T.if_then_else(on and uf < -limit, -limit, uf)
+                            if scaled:
+                                o[r, e] = T.cast(gf / (T.float32(1) + T.exp(-(alpha * gf))) * (uf + beta), dtype)
+                            else:
+                                o[r, e] = T.cast(gf / (T.float32(1) + T.exp(-gf)) * uf, dtype)
+                        if vec == 8:  # an explicit st.global.v4: nvcc splits the plain copy on sm_90a
+                            T.stg128(out[bt * rows + r, c], T.reinterpret(o[r, T.Ramp(0, 1, 8)], "uint32x4"))
+                        else:
+                            for e in T.vectorized(vec):
+                                out[bt * rows + r, c + e] = o[r, e]
+
+    if op == "silu_and_mul":
+        @T.prim_func
+        def silu_and_mul(x: T.Tensor((Tn, N), dtype), out: T.Tensor((Tn, I), dtype)):
+            run(x, out, None, None, None, False, False)
+        return silu_and_mul
+
+    @T.prim_func
+    def swiglu(x: T.Tensor((Tn, N), dtype), out: T.Tensor((Tn, I), dtype),
+               limit: T.float32, alpha: T.float32, beta: T.float32):
+        run(x, out, limit, alpha, beta, True, True)
+    return swiglu
+
+
+def _variants(op):
+    return tuple(v for d in DTYPES for v in (
+        Variant({"op": op, "dtype": d, "vec": 8}, rule="N % 16 == 0", priority=10),
+        Variant({"op": op, "dtype": d, "vec": 1}, rule="N % 2 == 0")))
+
+
+def _tensors():
+    return (Tensor("x", ("T", "N"), dtypes=DTYPES),
+            Tensor("out", ("T", "N // 2"), dtype_of="x", role="output"))
+
+
+SPECS = (
+    OpSpec(
+        name="tkreg.silu_and_mul",
+        doc="out[T, N/2] = silu(x[:, :N/2]) * x[:, N/2:] in fp32, rounded once (bf16/fp16)",
+        tensors=_tensors(),
+        factory=gated_kernel,
+        variants=_variants("silu_and_mul"),
+        reference="tkreg.reference.activation:silu_and_mul",
+    ),
+    OpSpec(
+        name="tkreg.swiglu",
+        doc="out[T, N/2] = g * sigmoid(alpha * g) * (u + beta), g/u = x's halves clamped at `limit` "
+            "when limit > 0 (GPT-OSS style); fp32, rounded once",
+        tensors=_tensors(),
+        scalars=(Scalar("limit", "float32", 0.0), Scalar("alpha", "float32", 1.0),
+                 Scalar("beta", "float32", 0.0)),
+        factory=gated_kernel,
+        variants=_variants("swiglu"),
+        reference="tkreg.reference.activation:swiglu",
+    ),
+)

@@ -1,0 +1,81 @@
+"""Gated activations beside torch eager and torch.compile (GB/s against the copy ceiling).
+
+Bytes per call: x[T, 2I] read once + out[T, I] written once = 6 * T * I (bf16).  "eager" is the
+expression a user writes in bf16 (`F.silu(g) * u`: two kernels); "torch.compile" compiles the
+fp32 reference (tkreg.reference.activation), which Inductor fuses into one kernel.
+"""
+from __future__ import annotations
+
+import sys
+
+from .timing import Row, compiled, gpu_ms, host_us, need_torch, rotations
+
+
+def _peer(fn, sets, **kw):
+    """A peer's time, or None (with a note) when it fails, e.g. torch.compile unable to compile."""
+    try:
+        return gpu_ms(fn, sets, **kw)
+    except Exception as e:  # noqa: BLE001 - a broken peer must not end the benchmark
+        print(f"tkreg bench: peer skipped: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+        return None
+
+GPT_OSS = (7.0, 1.702, 1.0)   # swiglu limit, alpha, beta
+
+
+def _eager_silu(x):
+    import torch
+    i = x.shape[-1] // 2
+    return torch.nn.functional.silu(x[..., :i]) * x[..., i:]
+
+
+def _eager_swiglu(x, limit, alpha, beta):
+    import torch
+    i = x.shape[-1] // 2
+    g, u = x[..., :i].clamp(max=limit), x[..., i:].clamp(-limit, limit)
+    return g * torch.sigmoid(alpha * g) * (u + beta)
+
+
+def _rows(op, case, nbytes, ours, peers, ceiling):
+    gbs = nbytes / ours / 1e6
+    out = [Row(op, case, "tkreg", ours, gbs, "GB/s", 100 * gbs / ceiling, {k: v / ours for k, v in peers.items()})]
+    for k, v in peers.items():
+        out.append(Row(op, case, k, v, nbytes / v / 1e6, "GB/s", 100 * nbytes / v / 1e6 / ceiling))
+    return out
+
+
+def cases(quick, ceiling, progress):
+    torch = need_torch()
+    import tkreg
+    from tkreg import reference
+    bf16 = torch.bfloat16
+    rows = []
+    comp_silu, comp_swiglu = compiled(reference.silu_and_mul), compiled(reference.swiglu)
+    # (op, tokens, I): Llama-3 8B (14336; 70B at TP2), 7168, DeepSeek-V3 dense MLP (18432), Qwen MoE
+    # expert (1408), GPT-OSS expert (2880, with its clamp).
+    shapes = [("silu_and_mul", 16384, 14336), ("silu_and_mul", 16384, 7168), ("swiglu", 16384, 2880)]
+    if not quick:
+        shapes += [("silu_and_mul", 8192, 18432), ("silu_and_mul", 65536, 1408), ("swiglu", 16384, 14336)]
+    for op, t, i in shapes:
+        nbytes = 6 * t * i
+        sets = rotations(lambda: (torch.randn(t, 2 * i, dtype=bf16, device="cuda"),), nbytes)
+        case = f"{t}x{i} bf16" + (" gpt-oss clamp" if op == "swiglu" else "")
+        if op == "silu_and_mul":
+            ours = gpu_ms(tkreg.ops.silu_and_mul, sets)
+            peers = {"eager": _peer(_eager_silu, sets),
+                     "torch.compile": comp_silu and _peer(comp_silu, sets)}
+        else:
+            ours = gpu_ms(lambda x: tkreg.ops.swiglu(x, *GPT_OSS), sets)
+            peers = {"eager": _peer(lambda x: _eager_swiglu(x, *GPT_OSS), sets),
+                     "torch.compile": comp_swiglu and _peer(lambda x: comp_swiglu(x, *GPT_OSS), sets)}
+        rows += _rows(op, case, nbytes, ours, {k: v for k, v in peers.items() if v}, ceiling)
+        progress()
+    for t in ([1, 64] if quick else [1, 16, 64]):
+        i = 14336
+        x = torch.randn(t, 2 * i, dtype=bf16, device="cuda")
+        ours = host_us(lambda: tkreg.ops.silu_and_mul(x), 5000) / 1e3
+        eager = host_us(lambda: _eager_silu(x), 5000) / 1e3
+        case = f"{t}x{i} bf16 (per call, loop)"
+        rows.append(Row("silu_and_mul", case, "tkreg", ours, vs={"eager": eager / ours}))
+        rows.append(Row("silu_and_mul", case, "eager", eager))
+        progress()
+    return rows

@@ -4,7 +4,8 @@ The schema, the fake (meta) implementation and the mutation annotations all come
 spec, so plugins get the same treatment as built-ins.  The real implementation is the native
 launcher.  Outputs are returned, never passed in (functional form); in-place tensors are
 annotated `Tensor(a!)`.  Ops that training needs get autograd (backward kernels) through
-`BACKWARD`; the rest raise a clear error when a gradient is required.
+`BACKWARD`.  For the rest, the eager path refuses a call whose inputs require grad (the
+launcher's autograd hook, `autograd_path`) and torch's own fallback refuses their backward.
 
 The typed eager functions (`tkreg.ops.*`) stay on the launcher's fast path and branch on
 `torch.compiler.is_dynamo_compiling()` (24 ns eager; Dynamo folds it to True while tracing) to
@@ -124,12 +125,6 @@ def register(spec: OpSpec) -> bool:
             setup, backward = BACKWARD[name]
             torch.library.register_autograd(f"{spec.namespace}::{spec.short}", backward,
                                             setup_context=setup, lib=lib)
-        elif not any(t.role == "inplace" for t in spec.tensors):  # torch refuses it for mutating ops
-            def no_backward(ctx, *grads, _name=name):
-                raise RuntimeError(f"{_name} has no backward kernel; run it under torch.no_grad() or "
-                                   "detach its inputs")
-            torch.library.register_autograd(f"{spec.namespace}::{spec.short}", no_backward,
-                                            setup_context=lambda ctx, inputs, output: None, lib=lib)
         _done.add(name)
         GRAPH[name] = getattr(getattr(torch.ops, spec.namespace), spec.short)
         return True

@@ -63,3 +63,14 @@ def test_on_a_side_stream(seed):
         got = tkreg_example.scale_add(x, y, 3.0)
     s.synchronize()
     torch.testing.assert_close(got, reference.scale_add(x, y, 3.0))
+
+
+def test_plugin_op_under_torch_compile(seed):
+    """The plugin's op is `torch.ops.example.scale_add`: compiled code calls it with no graph break."""
+    def f(x, y):
+        return torch.ops.example.scale_add(x, y, 0.5) * 2
+
+    x = torch.randn(37, 640, dtype=torch.bfloat16, device="cuda")
+    y = torch.randn(37, 640, dtype=torch.bfloat16, device="cuda")
+    torch.testing.assert_close(torch.compile(f, fullgraph=True)(x, y), reference.scale_add(x, y, 0.5) * 2)
+    torch.library.opcheck(torch.ops.example.scale_add.default, (x, y, 0.5))

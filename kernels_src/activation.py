@@ -18,6 +18,8 @@ consecutive tokens: it issues all 2 * rows loads (16 bytes each when vec == 8) b
 then writes `rows` 16-byte stores (`T.stg128`: left to itself, nvcc 13.0 splits the local-array
 copy into 4-byte stores on sm_90a); no shared memory, one pass.
 
+silu_and_mul_backward (the gradient training needs) follows the same layout.
+
 Variants (per dtype bf16/fp16, per arch): vec=8 serves N % 16 == 0 (I = N/2 a multiple of 8:
 every intermediate size of real models, TP-sharded or not); vec=1 serves any other even N at
 lower bandwidth; odd N is rejected (no variant: `needs N % 2 == 0`).
@@ -85,6 +87,55 @@ def gated_kernel(op: str, dtype: str, vec: int, rows: int = ROWS, threads: int =
     return swiglu
 
 
+def silu_and_mul_backward_kernel(dtype: str, vec: int, rows: int = ROWS, threads: int = THREADS):
+    """dx = [dy * u * s * (1 + g * (1 - s)) | dy * g * s] with s = sigmoid(g), fp32, rounded once.
+
+    Same layout as the forward: each thread loads `rows` slices of g, u and dy, then stores both
+    halves of dx.
+    """
+    import tilelang.language as T
+
+    Tn, N = T.dynamic("T"), T.dynamic("N")
+    I = N // 2  # noqa: E741
+    f32 = "float32"
+
+    @T.prim_func
+    def silu_and_mul_backward(x: T.Tensor((Tn, N), dtype), dy: T.Tensor((Tn, I), dtype),
+                              dx: T.Tensor((Tn, N), dtype)):  # x first: TVM binds N from it
+        with T.Kernel(T.ceildiv(Tn, rows), T.ceildiv(I, threads * vec), threads=threads) as (bt, bc):
+            if vec > 1:
+                T.assume(N % (2 * vec) == 0)
+            g = T.alloc_local((rows, vec), dtype)
+            u = T.alloc_local((rows, vec), dtype)
+            d = T.alloc_local((rows, vec), dtype)
+            og = T.alloc_local((rows, vec), dtype)
+            ou = T.alloc_local((rows, vec), dtype)
+            c = (bc * threads + T.get_thread_binding()) * vec
+            if c < I:
+                for r in T.unroll(rows):
+                    if bt * rows + r < Tn:
+                        for e in T.vectorized(vec):
+                            g[r, e] = x[bt * rows + r, c + e]
+                        for e in T.vectorized(vec):
+                            u[r, e] = x[bt * rows + r, I + c + e]
+                        for e in T.vectorized(vec):
+                            d[r, e] = dy[bt * rows + r, c + e]
+                for r in T.unroll(rows):
+                    if bt * rows + r < Tn:
+                        for e in T.unroll(vec):
+                            gf = T.cast(g[r, e], f32)
+                            df = T.cast(d[r, e], f32)
+                            sg = T.float32(1) / (T.float32(1) + T.exp(-gf))
+                            og[r, e] = T.cast(df * T.cast(u[r, e], f32) * sg * (T.float32(1) + gf * (T.float32(1) - sg)), dtype)
+                            ou[r, e] = T.cast(df * gf * sg, dtype)
+                        for e in T.vectorized(vec):
+                            dx[bt * rows + r, c + e] = og[r, e]
+                        for e in T.vectorized(vec):
+                            dx[bt * rows + r, I + c + e] = ou[r, e]
+
+    return silu_and_mul_backward
+
+
 def _variants(op):
     return tuple(v for d in DTYPES for v in (
         Variant({"op": op, "dtype": d, "vec": 8}, rule="N % 16 == 0", priority=10),
@@ -115,5 +166,17 @@ SPECS = (
         factory=gated_kernel,
         variants=_variants("swiglu"),
         reference="tkreg.reference.activation:swiglu",
+    ),
+    OpSpec(
+        name="tkreg.silu_and_mul_backward",
+        doc="Gradient of silu_and_mul: (dy[T, N/2], x[T, N]) -> dx[T, N]",
+        tensors=(Tensor("dy", ("T", "N // 2"), dtypes=DTYPES),
+                 Tensor("x", ("T", "N"), dtype_of="dy"),
+                 Tensor("dx", ("T", "N"), dtype_of="dy", role="output")),
+        factory=silu_and_mul_backward_kernel,
+        variants=tuple(v for d in DTYPES for v in (
+            Variant({"dtype": d, "vec": 8}, rule="N % 16 == 0", priority=10),
+            Variant({"dtype": d, "vec": 1}, rule="N % 2 == 0"))),
+        reference="tkreg.reference.activation:silu_and_mul_backward",
     ),
 )

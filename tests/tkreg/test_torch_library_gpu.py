@@ -69,6 +69,35 @@ def test_training_step_gradients(seed):
     assert rel_err(x.grad, xr.grad) < 2e-2 and rel_err(w.grad, wr.grad) < 2e-2
 
 
+@pytest.mark.parametrize("n", [256, 14336, 1002])
+def test_silu_and_mul_backward_kernel(n, seed):
+    x = torch.randn(333, n, dtype=BF16, device="cuda")
+    dy = torch.randn(333, n // 2, dtype=BF16, device="cuda")
+    got = tkreg.ops.silu_and_mul_backward(dy, x)
+    assert rel_err(got, reference.silu_and_mul_backward(dy, x)) < 1e-2
+    xr = x.float().requires_grad_()
+    g, u = xr.chunk(2, dim=-1)
+    (torch.nn.functional.silu(g) * u * dy.float()).sum().backward()
+    assert rel_err(got, xr.grad) < 1e-2
+
+
+def test_mlp_training_step_through_both_backward_kernels(seed):
+    x = torch.randn(64, 2048, dtype=BF16, device="cuda", requires_grad=True)
+    w = torch.randn(2048, dtype=BF16, device="cuda", requires_grad=True)
+    up = torch.randn(2 * 1024, 2048, dtype=BF16, device="cuda") / 45
+
+    def f(x, w):
+        return tkreg.ops.silu_and_mul(torch.matmul(tkreg.ops.rms_norm(x, w), up.t())).float().square().mean()
+    torch.compile(f, fullgraph=True)(x, w).backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    xr, wr = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    h = reference.rms_norm(xr, wr) @ up.float().t()
+    g, u = h.chunk(2, dim=-1)
+    (torch.nn.functional.silu(g) * u).square().mean().backward()
+    assert rel_err(gx, xr.grad) < 3e-2 and rel_err(gw, wr.grad) < 3e-2
+
+
 def test_compiled_training_step(seed):
     def loss(x, w):
         return tkreg.ops.rms_norm(x, w).float().square().mean()

@@ -44,6 +44,7 @@ def bench_host_cost(progress):
     res["tkreg.ops.rms_norm(out=)"] = host_us(lambda: tkreg.ops.rms_norm(x, w, out=out))
     res["tkreg.ops.rms_norm (allocating)"] = host_us(lambda: tkreg.ops.rms_norm(x, w))
     res["tkreg.call('tkreg.rms_norm')"] = host_us(lambda: tkreg.call("tkreg.rms_norm", x, w))
+    res["torch.ops.tkreg.rms_norm (custom-op path)"] = host_us(lambda: torch.ops.tkreg.rms_norm(x, w, 1e-6))
     progress()
     return res
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..registry import OPS
+from ..torch_library import differentiable
 from ._route import compiling, graph
 
 
@@ -41,3 +42,23 @@ def swiglu(x, limit: float = 0.0, alpha: float = 1.0, beta: float = 0.0, *, out=
     else:
         y = OPS["tkreg.swiglu"](x2, o2, limit, alpha, beta)
     return out if out is not None else y.view(*x.shape[:-1], x.shape[-1] // 2)
+
+
+def silu_and_mul_backward(dy, x):
+    """dx[T, N] of silu_and_mul for upstream dy[T, N/2] (2-D, contiguous)."""
+    if compiling():
+        return graph("tkreg.silu_and_mul_backward", None, dy, x)
+    return OPS["tkreg.silu_and_mul_backward"](dy, x, None)
+
+
+@differentiable("tkreg.silu_and_mul")
+class _SiluAndMulAutograd:
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        import torch
+        (x,) = ctx.saved_tensors
+        return torch.ops.tkreg.silu_and_mul_backward(dy.contiguous(), x)

@@ -35,3 +35,12 @@ def swiglu(x, limit=0.0, alpha=1.0, beta=0.0):
         g = g.clamp(max=limit)
         u = u.clamp(-limit, limit)
     return (g / (1 + torch.exp(-(alpha * g))) * (u + beta)).to(x.dtype)
+
+
+def silu_and_mul_backward(dy, x):
+    """dx = [dy * u * s * (1 + g * (1 - s)) | dy * g * s], s = sigmoid(g); fp32, rounded once."""
+    import torch
+    g, u = x.float().chunk(2, dim=-1)
+    d = dy.float()
+    s = 1.0 / (1.0 + torch.exp(-g))
+    return torch.cat([d * u * s * (1 + g * (1 - s)), d * g * s], dim=-1).to(x.dtype)

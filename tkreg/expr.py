@@ -8,6 +8,7 @@ operators.  Rules and shapes written as text ("M <= 64 and K % 128 == 0") are pa
 from __future__ import annotations
 
 import ast
+import functools
 
 from .errors import SpecError
 
@@ -26,13 +27,19 @@ _CMP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", 
 
 def parse(text: str) -> list:
     """`"(M + 127) // 128"` -> `["$M", 127, "+", 128, "//"]`."""
+    return list(_parse(str(text)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> tuple:
+    """Cached: every manifest repeats the same few shape expressions (import time)."""
     try:
         tree = ast.parse(str(text).strip(), mode="eval").body
     except SyntaxError as e:
         raise SpecError(f"cannot parse expression {text!r}: {e.msg}") from None
     out: list = []
     _emit(tree, out, text)
-    return out
+    return tuple(out)
 
 
 def _emit(node, out, text):

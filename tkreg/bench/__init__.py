@@ -20,33 +20,51 @@ from dataclasses import asdict
 from .timing import copy_bandwidth, host_us, need_torch
 
 
-def bench_host_cost(progress):
-    """Per-call host cost on tiny tensors beside the driver floor (issue: run time)."""
+def bench_host_cost(progress, rounds=7, n=4000):
+    """Per-call host cost on tiny tensors beside the driver floor, measured in the same run.
+
+    A shared host's speed drifts, so every candidate runs once per round, rounds interleaved, and
+    each row is the median of its rounds (loops of `n` calls; the GPU is never the bottleneck).
+    """
     torch = need_torch()
     import tkreg
     from tkreg._runtime import launcher
+    from tkreg.registry import OPS
     F = torch.nn.functional
     dev = torch.cuda.current_device()
     x = torch.randn(1, 1024, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(1024, dtype=torch.bfloat16, device="cuda")
     out = torch.empty_like(x)
     a, b, c = (torch.randn(16, device="cuda") for _ in range(3))
-    tkreg.ops.rms_norm(x, w, out=out)
-    res = {}
+    op = OPS["tkreg.rms_norm"]
     stream = torch.cuda.current_stream().cuda_stream
-    launcher().bench_driver_launch(dev, stream, 1000, time.perf_counter)
-    torch.cuda.synchronize()
-    res["driver cuLaunchKernel (C loop, empty kernel)"] = launcher().bench_driver_launch(dev, stream, 20000, time.perf_counter)
-    torch.cuda.synchronize()
-    res["torch.add(a, b, out=c)"] = host_us(lambda: torch.add(a, b, out=c))
-    res["torch.empty_like"] = host_us(lambda: torch.empty_like(x))
-    res["eager F.rms_norm"] = host_us(lambda: F.rms_norm(x, (1024,), w, 1e-6))
-    res["tkreg.ops.rms_norm(out=)"] = host_us(lambda: tkreg.ops.rms_norm(x, w, out=out))
-    res["tkreg.ops.rms_norm (allocating)"] = host_us(lambda: tkreg.ops.rms_norm(x, w))
-    res["tkreg.call('tkreg.rms_norm')"] = host_us(lambda: tkreg.call("tkreg.rms_norm", x, w))
-    res["torch.ops.tkreg.rms_norm (custom-op path)"] = host_us(lambda: torch.ops.tkreg.rms_norm(x, w, 1e-6))
+
+    def driver():
+        return launcher().bench_driver_launch(dev, stream, n, time.perf_counter)
+
+    def no_grad_out():
+        with torch.no_grad():
+            return host_us(lambda: tkreg.ops.rms_norm(x, w, out=out), n)
+
+    cases = {
+        "driver cuLaunchKernel (C loop, empty kernel)": driver,
+        "torch.add(a, b, out=c)": lambda: host_us(lambda: torch.add(a, b, out=c), n),
+        "torch.empty_like": lambda: host_us(lambda: torch.empty_like(x), n),
+        "eager F.rms_norm": lambda: host_us(lambda: F.rms_norm(x, (1024,), w, 1e-6), n),
+        "tkreg.ops.rms_norm(out=)": lambda: host_us(lambda: tkreg.ops.rms_norm(x, w, out=out), n),
+        "tkreg.ops.rms_norm(out=) under no_grad": no_grad_out,
+        "native Op call, no Python wrapper (out=)": lambda: host_us(lambda: op(x, w, out, 1e-6), n),
+        "tkreg.ops.rms_norm (allocating)": lambda: host_us(lambda: tkreg.ops.rms_norm(x, w), n),
+        "tkreg.call('tkreg.rms_norm')": lambda: host_us(lambda: tkreg.call("tkreg.rms_norm", x, w), n),
+        "torch.ops.tkreg.rms_norm (custom-op path)": lambda: host_us(lambda: torch.ops.tkreg.rms_norm(x, w, 1e-6), n),
+    }
+    samples: dict = {k: [] for k in cases}
+    for _ in range(rounds):
+        for k, fn in cases.items():
+            torch.cuda.synchronize()
+            samples[k].append(fn())
     progress()
-    return res
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 COLD = r"""
@@ -55,19 +73,23 @@ torch.cuda.init(); x = torch.randn(8, 1024, dtype=torch.bfloat16, device="cuda")
 w = torch.randn(1024, dtype=torch.bfloat16, device="cuda"); torch.cuda.synchronize()
 t = time.perf_counter()
 import tkreg
+t1 = time.perf_counter()
 y = tkreg.ops.rms_norm(x, w); torch.cuda.synchronize()
-print(1e3 * (time.perf_counter() - t))
+print(1e3 * (time.perf_counter() - t), 1e3 * (t1 - t))
 """
 
 
-def cold_start_ms(runs=5) -> float:
-    out = []
+def cold_start_ms(runs=7) -> tuple[float, float]:
+    """(import + first call, import alone) in fresh processes, medians."""
+    total, imp = [], []
     for _ in range(runs):
         r = subprocess.run([sys.executable, "-c", COLD], capture_output=True, text=True)
         if r.returncode:
             raise RuntimeError(r.stderr)
-        out.append(float(r.stdout.strip().splitlines()[-1]))
-    return statistics.median(out)
+        a, b = map(float, r.stdout.strip().splitlines()[-1].split())
+        total.append(a)
+        imp.append(b)
+    return statistics.median(total), statistics.median(imp)
 
 
 # One module per op family, each with `cases(quick, ceiling, progress) -> list[Row]`.
@@ -96,7 +118,7 @@ def run(ops=None, quick=False) -> dict:
     for op in ops:
         rows += _family(op)(quick, ceiling, progress)
     host = bench_host_cost(progress)
-    cold = cold_start_ms()
+    cold, cold_import = cold_start_ms()
     progress()
     if bar:
         bar.close()
@@ -106,7 +128,7 @@ def run(ops=None, quick=False) -> dict:
         "date": time.strftime("%Y-%m-%d"), "gpu": props.name, "torch": torch.__version__,
         "cuda": torch.version.cuda, "driver": _driver(), "tkreg": tkreg.__version__,
         "python": platform.python_version(), "command": "python -m tkreg bench" + (" --quick" if quick else ""),
-        "copy_gbs": ceiling, "rows": [asdict(r) for r in rows], "host_us": host, "cold_start_ms": cold,
+        "copy_gbs": ceiling, "rows": [asdict(r) for r in rows], "host_us": host, "cold_start_ms": cold, "cold_import_ms": cold_import,
     }
 
 
@@ -127,8 +149,9 @@ def table(res: dict) -> str:
         pct = f"{r['pct_ceiling']:.0f}%" if r["pct_ceiling"] else ""
         vs = ", ".join(f"{k} {v:.2f}x" for k, v in r["vs"].items())
         lines.append(f"{r['op']:10} {r['case']:34} {r['impl']:14} {r['ms']:9.4f} {rate:>14} {pct:>6}  {vs}")
-    lines += ["", "host cost per call (us):"] + [f"  {k:48} {v:7.2f}" for k, v in res["host_us"].items()]
-    lines.append(f"cold start (import tkreg + first rms_norm, fresh process): {res['cold_start_ms']:.1f} ms")
+    lines += ["", "host cost per call (us, median of interleaved rounds):"] + [f"  {k:48} {v:7.2f}" for k, v in res["host_us"].items()]
+    lines.append(f"cold start (import tkreg + first rms_norm, fresh process): {res['cold_start_ms']:.1f} ms "
+                 f"(import alone {res.get('cold_import_ms', float('nan')):.1f} ms)")
     return "\n".join(lines)
 
 
@@ -148,7 +171,7 @@ def markdown(res: dict, jit: dict | None = None) -> str:
         pct = f"{r['pct_ceiling']:.0f}%" if r["pct_ceiling"] else ""
         vs = ", ".join(f"{k} {v:.2f}×" for k, v in r["vs"].items())
         out.append(f"| {r['op']} | {r['case']} | {r['impl']} | {r['ms']:.4f} | {rate} | {pct} | {vs} |")
-    out += ["", "## Host cost per call (tiny tensors, loop of 20,000 calls)", "",
+    out += ["", "## Host cost per call (tiny tensors; median of 7 interleaved rounds of 4,000 calls)", "",
             "| call | µs per call | above the driver floor |", "|---|---:|---:|"]
     for k, v in h.items():
         out.append(f"| {k} | {v:.2f} | {v - drv:+.2f} |")
@@ -156,7 +179,8 @@ def markdown(res: dict, jit: dict | None = None) -> str:
     out += ["", f"Allocating `tkreg.ops.rms_norm` costs {h['tkreg.ops.rms_norm (allocating)'] / eager:.2f}× eager "
             f"`F.rms_norm`; with `out=` it is {h['tkreg.ops.rms_norm(out=)'] - drv:+.2f} µs above the bare driver launch.",
             "", f"Cold start (fresh process, torch already on the GPU; `import tkreg` + first `rms_norm`): "
-            f"**{res['cold_start_ms']:.1f} ms** on the GPU machine above."]
+            f"**{res['cold_start_ms']:.1f} ms** on the GPU machine above (median of 7; `import tkreg` alone, which "
+            f"reads the manifests and registers the torch custom ops: {res.get('cold_import_ms', float('nan')):.1f} ms)."]
     if jit:
         rn = jit["ops"].get("tkreg.rms_norm", next(iter(jit["ops"].values()), {}))
         out += ["", f"For contrast, what a JIT pays for that kernel on the build machine ({jit['machine']}, "

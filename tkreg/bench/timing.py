@@ -46,7 +46,7 @@ def gpu_ms(fn, arg_sets, reps=50, warmup=5) -> float:
 def host_us(fn, n=20000) -> float:
     """Wall time per call of a loop of n calls (tiny work: the host is the bottleneck)."""
     torch = need_torch()
-    for _ in range(200):
+    for _ in range(min(200, n)):
         fn()
     torch.cuda.synchronize()
     t = time.perf_counter()

@@ -11,7 +11,7 @@ the folder itself).  The entry-point name (`example`) is the plugin's name: `tkr
 it, TKREG_PLUGINS=a,b loads only those, and `tkreg.call("example:ns.op", ...)` reaches the
 plugin's own op even where another pack owns the plain name.  TKREG_DISABLE_PLUGINS=1 loads none.
 
-Discovery runs once, on the registry's first use (never at `import tkreg`).  A plugin that fails
+Discovery runs once, when `import tkreg` loads the registry.  A plugin that fails
 to import is returned with its error, which the registry turns into one warning; the others load.
 """
 from __future__ import annotations
@@ -56,20 +56,69 @@ def _pack_path(obj) -> Path:
                     "or a module")
 
 
-def _dist(ep) -> str | None:
-    d = getattr(ep, "dist", None)
-    if d is None:
-        return None
-    try:
-        return f"{d.metadata['Name']} {d.version}"
-    except Exception:  # noqa: BLE001 - a broken METADATA file only loses the label
-        return None
+def _dist_label(info_dir: str) -> str | None:
+    """"Name Version" from a dist-info's METADATA (egg-info: PKG-INFO) headers."""
+    fields = {}
+    for fname in ("METADATA", "PKG-INFO"):
+        try:
+            with open(os.path.join(info_dir, fname), encoding="utf-8") as f:
+                for line in f:
+                    if not line.strip():
+                        break
+                    k, _, v = line.partition(":")
+                    if k in ("Name", "Version"):
+                        fields[k] = v.strip()
+            break
+        except OSError:
+            continue
+    return f"{fields['Name']} {fields.get('Version', '')}".strip() if "Name" in fields else None
+
+
+def _scan(group: str = GROUP) -> list[tuple[metadata.EntryPoint, str]]:
+    """(entry point, "dist version") for one group, read straight from the `*.dist-info` /
+    `*.egg-info` folders on sys.path, first distribution of a name winning, as importlib does.
+
+    `importlib.metadata.entry_points()` parses every installed distribution (13 ms for 200 on
+    an H200 box: a quarter of tkreg's cold start); this opens each `entry_points.txt` and parses
+    only those that name the group.
+    """
+    import sys
+    seen, out = set(), []
+    for base in sys.path:
+        try:
+            names = sorted(os.listdir(base or "."))
+        except OSError:
+            continue
+        for n in names:
+            if not n.endswith((".dist-info", ".egg-info")):
+                continue
+            dist, _, version = n.rsplit(".", 1)[0].partition("-")
+            key = dist.lower().replace("-", "_").replace(".", "_")
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                with open(os.path.join(base or ".", n, "entry_points.txt"), encoding="utf-8") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            if f"[{group}]" not in text:
+                continue
+            label = _dist_label(os.path.join(base or ".", n)) or f"{dist} {version}".strip()
+            section = None
+            for line in text.splitlines():
+                line = line.strip()
+                if line.startswith("[") and line.endswith("]"):
+                    section = line[1:-1].strip()
+                elif section == group and "=" in line and not line.startswith(("#", ";")):
+                    name, _, value = line.partition("=")
+                    out.append((metadata.EntryPoint(name.strip(), value.strip(), group), label))
+    return sorted(out, key=lambda e: (e[0].name, e[0].value))
 
 
 def installed() -> list[Plugin]:
     """Every entry point of the group, sorted by name, none loaded (for `tkreg doctor`)."""
-    eps = sorted(metadata.entry_points(group=GROUP), key=lambda e: (e.name, e.value))
-    return [Plugin(ep.name, ep.value, _dist(ep)) for ep in eps]
+    return [Plugin(ep.name, ep.value, dist) for ep, dist in _scan()]
 
 
 def discover() -> list[Plugin]:
@@ -78,7 +127,8 @@ def discover() -> list[Plugin]:
         log.info("tkreg: plugins disabled by TKREG_DISABLE_PLUGINS")
         return []
     allow = env.plugin_allow_list()
-    eps = sorted(metadata.entry_points(group=GROUP), key=lambda e: (e.name, e.value))
+    found = _scan()
+    eps = [ep for ep, _ in found]
     if allow is not None:
         unknown = allow - {ep.name for ep in eps}
         if unknown:
@@ -86,8 +136,7 @@ def discover() -> list[Plugin]:
                           f"package provides (installed plugins: {', '.join(ep.name for ep in eps) or 'none'})",
                           RuntimeWarning, stacklevel=2)
     out: list[Plugin] = []
-    for ep in eps:
-        dist = _dist(ep)
+    for ep, dist in found:
         if allow is not None and ep.name not in allow:
             log.info("tkreg: plugin %s (%s) not in TKREG_PLUGINS; not loaded", ep.name, dist)
             continue

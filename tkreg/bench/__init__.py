@@ -190,27 +190,33 @@ def markdown(res: dict, jit: dict | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+def plot(res: dict, path: str) -> bool:
+    """A bar chart of tkreg's speed-up over its fastest peer per case; False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    ours = [r for r in res["rows"] if r["impl"] == "tkreg" and r["vs"]]
+    fig, ax = plt.subplots(figsize=(9, 0.3 * len(ours) + 1))
+    ax.barh([f"{r['op']} {r['case']}" for r in ours], [min(r["vs"].values()) for r in ours])
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("speed-up vs the fastest peer (peer time / tkreg time)")
+    ax.set_title(f"tkreg on {res['gpu']}, torch {res['torch']}, {res['date']}")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
 def main(args) -> int:
     res = run(args.ops, args.quick)
     print(table(res))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
-    if args.plot:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            print("--plot needs matplotlib; skipped", file=sys.stderr)
-        else:
-            ours = [r for r in res["rows"] if r["impl"] == "tkreg" and r["vs"]]
-            labels = [f"{r['op']} {r['case']}" for r in ours]
-            best = [min(r["vs"].values()) for r in ours]
-            fig, ax = plt.subplots(figsize=(8, 0.4 * len(ours) + 1))
-            ax.barh(labels, best)
-            ax.axvline(1.0, color="k", lw=0.8)
-            ax.set_xlabel("speed-up vs the fastest peer (peer time / tkreg time)")
-            fig.tight_layout()
-            fig.savefig(args.plot)
+    if args.plot and not plot(res, args.plot):
+        print("--plot needs matplotlib; skipped", file=sys.stderr)
     return 0

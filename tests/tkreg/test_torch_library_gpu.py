@@ -17,6 +17,41 @@ def rel_err(got, want):
     return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
 
 
+class Attention(torch.nn.Module):
+    """rms_norm -> gemm (qkv) -> rotary (in place) -> SDPA -> gemm: the attention half of a block."""
+
+    def __init__(self, d=2048, heads=16, kv_heads=4, head_dim=128):
+        super().__init__()
+        self.h, self.kv, self.hd = heads, kv_heads, head_dim
+        self.norm = torch.nn.Parameter(torch.randn(d, dtype=BF16))
+        self.qkv = torch.nn.Parameter(torch.randn((heads + 2 * kv_heads) * head_dim, d, dtype=BF16) / d ** 0.5)
+        self.o = torch.nn.Parameter(torch.randn(d, heads * head_dim, dtype=BF16) / d ** 0.5)
+        t = torch.arange(4096, dtype=torch.float32)[:, None] / 10000 ** (torch.arange(0, head_dim, 2) / head_dim)
+        self.register_buffer("cache", torch.cat([t.cos(), t.sin()], dim=-1).to(BF16))
+
+    def forward(self, x, positions):
+        qkv = tkreg.ops.gemm(tkreg.ops.rms_norm(x, self.norm), self.qkv)
+        q, k, v = qkv.split([self.h * self.hd, self.kv * self.hd, self.kv * self.hd], dim=-1)
+        q, k = q.contiguous(), k.contiguous()
+        tkreg.ops.rotary_embedding(positions, q, k, self.cache)
+        t = x.shape[0]
+        a = torch.nn.functional.scaled_dot_product_attention(
+            q.view(t, self.h, self.hd).transpose(0, 1), k.view(t, self.kv, self.hd).transpose(0, 1),
+            v.contiguous().view(t, self.kv, self.hd).transpose(0, 1), is_causal=True, enable_gqa=True)
+        return x + tkreg.ops.gemm(a.transpose(0, 1).reshape(t, -1).contiguous(), self.o)
+
+
+@pytest.mark.parametrize("tokens", [1, 77, 512])
+def test_compiled_attention_with_rotary_matches_eager(tokens, seed):
+    att = Attention().cuda()
+    x = torch.randn(tokens, 2048, dtype=BF16, device="cuda")
+    pos = torch.arange(tokens, device="cuda")
+    with torch.no_grad():
+        eager = att(x, pos)
+        compiled = torch.compile(att, fullgraph=True)(x, pos)
+    assert rel_err(compiled, eager) < 1e-2
+
+
 class Block(torch.nn.Module):
     """rms_norm -> gemm (gate|up) -> SwiGLU -> gemm, with a residual: a transformer MLP."""
 

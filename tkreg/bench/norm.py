@@ -26,6 +26,24 @@ def cases(quick, ceiling, progress):
         for k, v in peers.items():
             rows.append(Row("rms_norm", f"{m}x{n} bf16", k, v, nbytes / v / 1e6, "GB/s", 100 * nbytes / v / 1e6 / ceiling))
         progress()
+    comp_add = compiled(reference.fused_add_rms_norm)
+    for m, n in shapes[:2]:
+        # in place: x and residual read and written, weight read
+        nbytes = 4 * m * n * 2 + n * 2
+        sets = rotations(lambda: (torch.randn(m, n, dtype=torch.bfloat16, device="cuda"),
+                                  torch.randn(m, n, dtype=torch.bfloat16, device="cuda"),
+                                  torch.randn(n, dtype=torch.bfloat16, device="cuda")), nbytes)
+        ours = gpu_ms(lambda x, r, w: tkreg.ops.fused_add_rms_norm(x, r, w, 1e-6), sets)
+        peers = {"eager": gpu_ms(lambda x, r, w: reference.fused_add_rms_norm(x, r, w, 1e-6), sets)}
+        if comp_add is not None:
+            peers["torch.compile"] = gpu_ms(lambda x, r, w: comp_add(x, r, w, 1e-6), sets)
+        gbs = nbytes / ours / 1e6
+        case = f"{m}x{n} bf16"
+        rows.append(Row("fused_add_rms_norm", case, "tkreg", ours, gbs, "GB/s", 100 * gbs / ceiling,
+                        {k: v / ours for k, v in peers.items()}))
+        for k, v in peers.items():
+            rows.append(Row("fused_add_rms_norm", case, k, v, nbytes / v / 1e6, "GB/s", 100 * nbytes / v / 1e6 / ceiling))
+        progress()
     for m in ([1, 64] if quick else [1, 16, 64]):
         n = 4096
         x = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")

@@ -42,10 +42,11 @@ def test_other_widths(n, chosen):
 
 
 def test_variant_budget():
-    from kernels_src.activation import SPECS
-    for spec in SPECS:
-        for arch in spec.archs:
-            assert len(spec.variants_for(arch)) <= 16
+    """The installed packs hold a modest number of variants per op and arch (wheel size, build time)."""
+    ops = {o["op"]: o for o in tkreg.list_ops()}
+    for name in ("tkreg.silu_and_mul", "tkreg.swiglu", "tkreg.silu_and_mul_backward"):
+        for arch, keys in ops[name]["variants"].items():
+            assert 0 < len(keys) <= 16, (name, arch, len(keys))
 
 
 @pytest.mark.parametrize("make, err, msg", [

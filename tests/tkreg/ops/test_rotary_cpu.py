@@ -61,10 +61,11 @@ def test_bad_input(make, err, msg, monkeypatch):
 
 
 def test_variant_budget():
-    from kernels_src.rotary import SPECS
-    for spec in SPECS:
-        for arch in spec.archs:
-            assert len(spec.variants_for(arch)) <= 16
+    """The installed packs hold a modest number of variants per op and arch (wheel size, build time)."""
+    ops = {o["op"]: o for o in tkreg.list_ops()}
+    for name in ("tkreg.rotary_embedding",):
+        for arch, keys in ops[name]["variants"].items():
+            assert 0 < len(keys) <= 16, (name, arch, len(keys))
 
 
 # ---- reference semantics -----------------------------------------------------------------

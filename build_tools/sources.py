@@ -43,6 +43,19 @@ class SourceRef:
         return hashlib.sha256(self.path().read_bytes()).hexdigest()
 
 
+def _package_name(folder: Path) -> str:
+    """Dotted name of a package folder, importable from the first ancestor that is no package
+    (put on sys.path: spawned compile workers inherit it)."""
+    folder = folder.resolve()
+    parts, root = [folder.name], folder.parent
+    while (root / "__init__.py").exists():
+        parts.insert(0, root.name)
+        root = root.parent
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return ".".join(parts)
+
+
 def resolve(src: str) -> list[SourceRef]:
     """`kernels_src` (package: every submodule), `kernels_src.norm`, `x/y.py` or `x/dir/`."""
     p = Path(src)
@@ -50,7 +63,7 @@ def resolve(src: str) -> list[SourceRef]:
         return [SourceRef("file", str(p.resolve()))]
     if p.is_dir() and not (p / "__init__.py").exists():
         return [SourceRef("file", str(f.resolve())) for f in sorted(p.glob("*.py")) if not f.name.startswith("_")]
-    name = src.replace("/", ".").rstrip(".") if p.is_dir() else src
+    name = _package_name(p) if p.is_dir() else src
     try:
         spec = importlib.util.find_spec(name)
     except ModuleNotFoundError:

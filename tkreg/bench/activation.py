@@ -6,18 +6,9 @@ fp32 reference (tkreg.reference.activation), which Inductor fuses into one kerne
 """
 from __future__ import annotations
 
-import sys
-
-from .timing import Row, compiled, gpu_ms, host_us, need_torch, rotations
+from .timing import Row, bandwidth_rows, compiled, gpu_ms, host_us, need_torch, rotations, try_ms
 
 
-def _peer(fn, sets, **kw):
-    """A peer's time, or None (with a note) when it fails, e.g. torch.compile unable to compile."""
-    try:
-        return gpu_ms(fn, sets, **kw)
-    except Exception as e:  # noqa: BLE001 - a broken peer must not end the benchmark
-        print(f"tkreg bench: peer skipped: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
-        return None
 
 GPT_OSS = (7.0, 1.702, 1.0)   # swiglu limit, alpha, beta
 
@@ -33,14 +24,6 @@ def _eager_swiglu(x, limit, alpha, beta):
     i = x.shape[-1] // 2
     g, u = x[..., :i].clamp(max=limit), x[..., i:].clamp(-limit, limit)
     return g * torch.sigmoid(alpha * g) * (u + beta)
-
-
-def _rows(op, case, nbytes, ours, peers, ceiling):
-    gbs = nbytes / ours / 1e6
-    out = [Row(op, case, "tkreg", ours, gbs, "GB/s", 100 * gbs / ceiling, {k: v / ours for k, v in peers.items()})]
-    for k, v in peers.items():
-        out.append(Row(op, case, k, v, nbytes / v / 1e6, "GB/s", 100 * nbytes / v / 1e6 / ceiling))
-    return out
 
 
 def cases(quick, ceiling, progress):
@@ -61,13 +44,13 @@ def cases(quick, ceiling, progress):
         case = f"{t}x{i} bf16" + (" gpt-oss clamp" if op == "swiglu" else "")
         if op == "silu_and_mul":
             ours = gpu_ms(tkreg.ops.silu_and_mul, sets)
-            peers = {"eager": _peer(_eager_silu, sets),
-                     "torch.compile": comp_silu and _peer(comp_silu, sets)}
+            peers = {"eager": try_ms(_eager_silu, sets),
+                     "torch.compile": comp_silu and try_ms(comp_silu, sets)}
         else:
             ours = gpu_ms(lambda x: tkreg.ops.swiglu(x, *GPT_OSS), sets)
-            peers = {"eager": _peer(lambda x: _eager_swiglu(x, *GPT_OSS), sets),
-                     "torch.compile": comp_swiglu and _peer(lambda x: comp_swiglu(x, *GPT_OSS), sets)}
-        rows += _rows(op, case, nbytes, ours, {k: v for k, v in peers.items() if v}, ceiling)
+            peers = {"eager": try_ms(lambda x: _eager_swiglu(x, *GPT_OSS), sets),
+                     "torch.compile": comp_swiglu and try_ms(lambda x: comp_swiglu(x, *GPT_OSS), sets)}
+        rows += bandwidth_rows(op, case, nbytes, ceiling, ours, peers)
         progress()
     for t in ([1, 64] if quick else [1, 16, 64]):
         i = 14336

@@ -8,25 +8,11 @@ Bytes per call = every input read once + every output written once:
 """
 from __future__ import annotations
 
-from .timing import Row, compiled, gpu_ms, host_us, need_torch, rotations
-
-
-def _peers(rows, op, case, nbytes, ceiling, ours, peers):
-    gbs = nbytes / ours / 1e6
-    rows.append(Row(op, case, "tkreg", ours, gbs, "GB/s", 100 * gbs / ceiling,
-                    {k: v / ours for k, v in peers.items()}))
-    for k, v in peers.items():
-        rows.append(Row(op, case, k, v, nbytes / v / 1e6, "GB/s", 100 * nbytes / v / 1e6 / ceiling))
+from .timing import Row, bandwidth_rows, compiled, gpu_ms, host_us, need_torch, rotations, try_ms
 
 
 def _time_peers(fn_eager, fn_comp, sets):
-    peers = {"eager": gpu_ms(fn_eager, sets)}
-    if fn_comp is not None:
-        try:
-            peers["torch.compile"] = gpu_ms(fn_comp, sets)
-        except Exception:  # noqa: BLE001 - a peer that fails to compile is left out, not fatal
-            pass
-    return peers
+    return {"eager": gpu_ms(fn_eager, sets), "torch.compile": fn_comp and try_ms(fn_comp, sets)}
 
 
 def cases(quick, ceiling, progress):
@@ -52,7 +38,7 @@ def cases(quick, ceiling, progress):
         ours = gpu_ms(lambda x: ops.per_token_group_quant_fp8(x, ue8m0=ue, column_major_scales=col), sets)
         peers = _time_peers(lambda x: r(x, ue), c and (lambda x: c(x, ue)), sets)
         case = f"{m}x{k} bf16" + (" ue8m0" if ue else "") + (" colmajor" if col else "")
-        _peers(rows, "fp8_quant", case, nbytes, ceiling, ours, peers)
+        rows += bandwidth_rows("fp8_quant", case, nbytes, ceiling, ours, peers)
         progress()
 
     # fused SwiGLU + quant: x[M, 2I]
@@ -63,7 +49,7 @@ def cases(quick, ceiling, progress):
         sets = rotations(rnd(m, 2 * i), nbytes)
         ours = gpu_ms(lambda x: ops.silu_and_mul_quant_fp8(x), sets)
         peers = _time_peers(lambda x: ref.silu_and_mul_quant_fp8(x), comp_s, sets)
-        _peers(rows, "silu_mul_fp8", f"{m}x2*{i} bf16", nbytes, ceiling, ours, peers)
+        rows += bandwidth_rows("silu_mul_fp8", f"{m}x2*{i} bf16", nbytes, ceiling, ours, peers)
         progress()
 
     # 128x128 block quant of weights
@@ -74,7 +60,7 @@ def cases(quick, ceiling, progress):
         sets = rotations(rnd(n, k), nbytes)
         ours = gpu_ms(lambda w: ops.per_block_quant_fp8(w), sets)
         peers = _time_peers(lambda w: ref.per_block_quant_fp8(w), comp_b, sets)
-        _peers(rows, "fp8_block_quant", f"{n}x{k} bf16", nbytes, ceiling, ours, peers)
+        rows += bandwidth_rows("fp8_block_quant", f"{n}x{k} bf16", nbytes, ceiling, ours, peers)
         progress()
 
     # cast back
@@ -84,13 +70,13 @@ def cases(quick, ceiling, progress):
         sets = rotations(lambda: ops.per_token_group_quant_fp8(torch.randn(m, k, dtype=BF16, device="cuda")), nbytes)
         ours = gpu_ms(lambda q, s: ops.per_token_group_dequant(q, s), sets)
         peers = _time_peers(lambda q, s: ref.per_token_group_dequant(q, s), comp_d, sets)
-        _peers(rows, "fp8_dequant", f"{m}x{k} -> bf16", nbytes, ceiling, ours, peers)
+        rows += bandwidth_rows("fp8_dequant", f"{m}x{k} -> bf16", nbytes, ceiling, ours, peers)
     for n, k in [(7168, 7168)]:
         nbytes = n * k + 4 * (-(-n // 128)) * (-(-k // 128)) + 2 * n * k
         sets = rotations(lambda: ops.per_block_quant_fp8(torch.randn(n, k, dtype=BF16, device="cuda")), nbytes)
         ours = gpu_ms(lambda q, s: ops.per_block_dequant(q, s), sets)
         peers = _time_peers(lambda q, s: ref.per_block_dequant(q, s), comp_bd, sets)
-        _peers(rows, "fp8_block_dequant", f"{n}x{k} -> bf16", nbytes, ceiling, ours, peers)
+        rows += bandwidth_rows("fp8_block_dequant", f"{n}x{k} -> bf16", nbytes, ceiling, ours, peers)
     progress()
 
     # decode sizes: per-call wall time of a loop (host-bound), against the eager reference

@@ -1,7 +1,7 @@
 """Norm family beside torch eager and torch.compile (GB/s against the copy ceiling)."""
 from __future__ import annotations
 
-from .timing import Row, compiled, gpu_ms, host_us, need_torch, rotations
+from .timing import Row, bandwidth_rows, compiled, gpu_ms, host_us, need_torch, rotations
 
 
 def cases(quick, ceiling, progress):
@@ -20,11 +20,7 @@ def cases(quick, ceiling, progress):
         peers = {"eager": gpu_ms(lambda x, w: F.rms_norm(x, (n,), w, 1e-6), sets)}
         if comp is not None:
             peers["torch.compile"] = gpu_ms(lambda x, w: comp(x, w, 1e-6), sets)
-        gbs = nbytes / ours / 1e6
-        rows.append(Row("rms_norm", f"{m}x{n} bf16", "tkreg", ours, gbs, "GB/s", 100 * gbs / ceiling,
-                        {k: v / ours for k, v in peers.items()}))
-        for k, v in peers.items():
-            rows.append(Row("rms_norm", f"{m}x{n} bf16", k, v, nbytes / v / 1e6, "GB/s", 100 * nbytes / v / 1e6 / ceiling))
+        rows += bandwidth_rows("rms_norm", f"{m}x{n} bf16", nbytes, ceiling, ours, peers)
         progress()
     comp_add = compiled(reference.fused_add_rms_norm)
     for m, n in shapes[:2]:
@@ -37,12 +33,7 @@ def cases(quick, ceiling, progress):
         peers = {"eager": gpu_ms(lambda x, r, w: reference.fused_add_rms_norm(x, r, w, 1e-6), sets)}
         if comp_add is not None:
             peers["torch.compile"] = gpu_ms(lambda x, r, w: comp_add(x, r, w, 1e-6), sets)
-        gbs = nbytes / ours / 1e6
-        case = f"{m}x{n} bf16"
-        rows.append(Row("fused_add_rms_norm", case, "tkreg", ours, gbs, "GB/s", 100 * gbs / ceiling,
-                        {k: v / ours for k, v in peers.items()}))
-        for k, v in peers.items():
-            rows.append(Row("fused_add_rms_norm", case, k, v, nbytes / v / 1e6, "GB/s", 100 * nbytes / v / 1e6 / ceiling))
+        rows += bandwidth_rows("fused_add_rms_norm", f"{m}x{n} bf16", nbytes, ceiling, ours, peers)
         progress()
     for m in ([1, 64] if quick else [1, 16, 64]):
         n = 4096

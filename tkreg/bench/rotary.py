@@ -7,18 +7,9 @@ row; positions are 0..T-1, one prefill sequence).  "eager" runs the torch refere
 """
 from __future__ import annotations
 
-import sys
-
-from .timing import Row, compiled, gpu_ms, host_us, need_torch, rotations
+from .timing import Row, bandwidth_rows, compiled, gpu_ms, host_us, need_torch, rotations, try_ms
 
 
-def _peer(fn, sets, **kw):
-    """A peer's time, or None (with a note) when it fails, e.g. torch.compile unable to compile."""
-    try:
-        return gpu_ms(fn, sets, **kw)
-    except Exception as e:  # noqa: BLE001 - a broken peer must not end the benchmark
-        print(f"tkreg bench: peer skipped: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
-        return None
 
 MAX_POS = 32768
 
@@ -48,14 +39,9 @@ def cases(quick, ceiling, progress):
         sets = rotations(lambda: _inputs(torch, t, hq, hk, d), nbytes)
         case = f"T={t} HQ={hq} HK={hk} D={d} {'neox' if neox else 'gptj'} bf16"
         ours = gpu_ms(lambda p, q, k, c: tkreg.ops.rotary_embedding(p, q, k, c, neox), sets)
-        peers = {"eager": _peer(lambda p, q, k, c: reference.rotary_embedding(p, q, k, c, neox), sets, reps=20),
-                 "torch.compile": comp and _peer(lambda p, q, k, c: comp(p, q, k, c, neox), sets)}
-        peers = {k: v for k, v in peers.items() if v}
-        gbs = nbytes / ours / 1e6
-        rows.append(Row("rotary", case, "tkreg", ours, gbs, "GB/s", 100 * gbs / ceiling,
-                        {k: v / ours for k, v in peers.items()}))
-        for k, v in peers.items():
-            rows.append(Row("rotary", case, k, v, nbytes / v / 1e6, "GB/s", 100 * nbytes / v / 1e6 / ceiling))
+        peers = {"eager": try_ms(lambda p, q, k, c: reference.rotary_embedding(p, q, k, c, neox), sets, reps=20),
+                 "torch.compile": comp and try_ms(lambda p, q, k, c: comp(p, q, k, c, neox), sets)}
+        rows += bandwidth_rows("rotary", case, nbytes, ceiling, ours, peers)
         progress()
     for t in ([1, 64] if quick else [1, 16, 64]):
         p, q, k, c = _inputs(torch, t, 32, 8, 128)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -75,3 +76,23 @@ def compiled(fn):
         return torch.compile(fn, dynamic=False)
     except Exception:  # noqa: BLE001
         return None
+
+
+def try_ms(fn, sets, **kw) -> float | None:
+    """A peer's gpu_ms, or None (with a note) when it fails, e.g. torch.compile unable to compile:
+    a broken peer must not end the benchmark."""
+    try:
+        return gpu_ms(fn, sets, **kw)
+    except Exception as e:  # noqa: BLE001
+        print(f"tkreg bench: peer skipped: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+        return None
+
+
+def bandwidth_rows(op, case, nbytes, ceiling, ours, peers) -> list:
+    """tkreg's row (GB/s, % of the copy ceiling, ratio to each peer) and one row per peer."""
+    peers = {k: v for k, v in peers.items() if v}
+    gbs = nbytes / ours / 1e6
+    out = [Row(op, case, "tkreg", ours, gbs, "GB/s", 100 * gbs / ceiling, {k: v / ours for k, v in peers.items()})]
+    for k, v in peers.items():
+        out.append(Row(op, case, k, v, nbytes / v / 1e6, "GB/s", 100 * nbytes / v / 1e6 / ceiling))
+    return out

@@ -37,3 +37,16 @@ def test_table_and_plot(results, tmp_path):
     assert "host cost per call" in bench.table(results)
     if bench.plot(results, str(tmp_path / "p.png")):
         assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_bandwidth_rows_and_failed_peers(monkeypatch):
+    from tkreg.bench import timing
+
+    def boom(*a, **k):
+        raise RuntimeError("inductor failed")
+    monkeypatch.setattr(timing, "gpu_ms", boom)
+    assert timing.try_ms(lambda: None, [()]) is None
+    rows = timing.bandwidth_rows("op", "case", 4e9, 4000.0, 1.0, {"eager": 2.0, "torch.compile": None})
+    assert [r.impl for r in rows] == ["tkreg", "eager"]
+    assert rows[0].metric == pytest.approx(4000.0) and rows[0].pct_ceiling == pytest.approx(100.0)
+    assert rows[0].vs == {"eager": 2.0} and rows[1].metric == pytest.approx(2000.0)

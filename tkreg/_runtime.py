@@ -62,4 +62,5 @@ def _enable_shim(_launcher, torch) -> None:
             warnings.warn("tkreg: torch's C shim disagreed with the tensor attributes; using the slower "
                           "attribute path", RuntimeWarning, stacklevel=3)
             return
-    SHIM_STATE.update(active=True, why="aoti_torch_* shim, self-checked")
+    direct = _launcher.enable_direct(tuple(probes))
+    SHIM_STATE.update(active=True, why="aoti_torch_* shim, self-checked" + (", direct TensorImpl read" if direct else ""))

@@ -36,6 +36,23 @@ def test_shim_reads_what_the_attributes_say(shape, dt, offset, transpose, param)
     assert launcher().shim_probe(t) == attrs(t)
 
 
+def test_direct_tensorimpl_read_is_checked():
+    """The `_cdata`-free read is on only when the object layout matched on the probes, and it
+    refuses anything that is not an exact Tensor / Parameter."""
+    import ctypes
+    L = launcher()
+    t = torch.zeros(3)
+    layout_ok = ctypes.c_void_p.from_address(id(t) + 16).value == t._cdata  # word after PyObject_HEAD
+    assert ("direct" in SHIM_STATE["why"]) == layout_ok, SHIM_STATE
+    class Sub(torch.Tensor):
+        pass
+    assert L.enable_direct((torch.zeros(2).as_subclass(Sub),)) is False
+    assert L.enable_direct(()) is False
+    assert L.enable_direct((torch.zeros(2), torch.nn.Parameter(torch.zeros(3)))) is layout_ok
+    t = torch.arange(6.0)[1:]
+    assert L.shim_probe(t) == attrs(t)
+
+
 def test_subclasses_take_the_attribute_path():
     class Sub(torch.Tensor):
         pass

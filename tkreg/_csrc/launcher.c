@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_driver.h"
 
@@ -78,6 +79,7 @@ static struct {
     _Bool (*grad_enabled)(void);
     int32_t scalar_type[NDTYPES], cpu, cuda;
     PyObject *types[2];
+    int direct; /* THPVariable holds its at::Tensor right after PyObject_HEAD (checked by enable_direct) */
 } g_shim;
 
 
@@ -483,10 +485,15 @@ static int read_int_tuple(PyObject *tup, int64_t *out, int max, int *n) {
 static int shim_read(PyObject *x, TArg *a) {
     if (!g_shim.ok || (Py_TYPE(x) != (PyTypeObject *)g_shim.types[0] && Py_TYPE(x) != (PyTypeObject *)g_shim.types[1]))
         return 0;
-    PyObject *cd = PyObject_GetAttr(x, s_cdata);
-    if (!cd) { PyErr_Clear(); return 0; }
-    void *impl = PyLong_AsVoidPtr(cd);
-    Py_DECREF(cd);
+    void *impl;
+    if (g_shim.direct) {
+        impl = *(void **)((char *)x + sizeof(PyObject));
+    } else {
+        PyObject *cd = PyObject_GetAttr(x, s_cdata);
+        if (!cd) { PyErr_Clear(); return 0; }
+        impl = PyLong_AsVoidPtr(cd);
+        Py_DECREF(cd);
+    }
     if (!impl) { PyErr_Clear(); return 0; }
     void *h = &impl; /* an at::Tensor is one TensorImpl* */
     int64_t dim, *sz, *st;
@@ -851,6 +858,12 @@ static int allocate(Op *o, Call *c, PyObject **owned) {
 
 typedef union { uint64_t u64; int32_t i32; int64_t i64; float f32; double f64; } Slot;
 
+/* bench_op's probe: when > 0, launch() also times this many bare cuLaunchKernel calls of its
+ * first kernel with the call's own parameters (the driver cost of exactly this launch). */
+static int g_probe_n;
+static double g_probe_us;
+static double now_us(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e6 + t.tv_nsec / 1e3; }
+
 static int launch(Op *o, Variant *v, Call *c, PyObject *args) {
     CUtensorMap maps[MAXTMA];
     Slot slots[MAXP];
@@ -959,6 +972,14 @@ static int launch(Op *o, Variant *v, Call *c, PyObject *args) {
                                   (unsigned)smem, stream, attrs, na};
             r = p_cuLaunchKernelEx(&cfg, f, pp, NULL);
         } else { /* the common case: no cluster / cooperative / PDL attribute */
+            if (g_probe_n > 0 && k == 0) {
+                double t0 = now_us();
+                for (int i = 0; i < g_probe_n; i++)
+                    p_cuLaunchKernel(f, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], K->block[0], K->block[1], K->block[2],
+                                     (unsigned)smem, stream, pp, NULL);
+                g_probe_us = (now_us() - t0) / g_probe_n;
+                g_probe_n = 0;
+            }
             r = p_cuLaunchKernel(f, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], K->block[0], K->block[1], K->block[2],
                                  (unsigned)smem, stream, pp, NULL);
         }
@@ -1116,7 +1137,26 @@ static PyObject *m_enable_shim(PyObject *m, PyObject *args) {
     return PyBool_FromLong(g_shim.ok);
 }
 
-static PyObject *m_disable_shim(PyObject *m, PyObject *noargs) { g_shim.ok = 0; Py_RETURN_NONE; }
+static PyObject *m_disable_shim(PyObject *m, PyObject *noargs) { g_shim.ok = g_shim.direct = 0; Py_RETURN_NONE; }
+
+/* enable_direct(probes) -> bool: read the TensorImpl* straight from the object (saves the
+ * `_cdata` attribute call, ~60 ns per tensor) when, for every probe, the word after PyObject_HEAD
+ * is what `_cdata` says.  Older torch keeps a MaybeOwned<Tensor> there, which fails the check. */
+static PyObject *m_enable_direct(PyObject *m, PyObject *probes) {
+    g_shim.direct = 0;
+    if (!g_shim.ok || !PyTuple_Check(probes) || PyTuple_Size(probes) == 0) Py_RETURN_FALSE;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(probes); i++) {
+        PyObject *x = PyTuple_GetItem(probes, i);
+        if (Py_TYPE(x) != (PyTypeObject *)g_shim.types[0] && Py_TYPE(x) != (PyTypeObject *)g_shim.types[1]) Py_RETURN_FALSE;
+        PyObject *cd = PyObject_GetAttr(x, s_cdata);
+        if (!cd) return NULL;
+        void *impl = PyLong_AsVoidPtr(cd);
+        Py_DECREF(cd);
+        if (!impl || *(void **)((char *)x + sizeof(PyObject)) != impl) Py_RETURN_FALSE;
+    }
+    g_shim.direct = 1;
+    Py_RETURN_TRUE;
+}
 
 /* shim_probe(t) -> (shape, contiguous, data_ptr, dtype code, device) as the fast path reads them, or None */
 static PyObject *m_shim_probe(PyObject *m, PyObject *x) {
@@ -1196,14 +1236,38 @@ static PyObject *m_bench(PyObject *m, PyObject *args) {
     return PyFloat_FromDouble(us);
 }
 
+/* bench_op(op, args, n) -> (us per op(*args) from a C loop, us per bare cuLaunchKernel of the
+ * same kernel and parameters): splits a call's host cost into launcher and driver.  The second is
+ * -1 when the op's first kernel needs cuLaunchKernelEx attributes (cluster, PDL): not probed. */
+static PyObject *m_bench_op(PyObject *m, PyObject *a) {
+    PyObject *op, *args;
+    int n;
+    if (!PyArg_ParseTuple(a, "OO!i:bench_op", &op, &PyTuple_Type, &args, &n)) return NULL;
+    double t0 = now_us();
+    for (int i = 0; i < n; i++) {
+        PyObject *r = PyObject_Call(op, args, NULL);
+        if (!r) return NULL;
+        Py_DECREF(r);
+    }
+    double full = (now_us() - t0) / n;
+    g_probe_n = n; g_probe_us = -1;
+    PyObject *r = PyObject_Call(op, args, NULL);
+    g_probe_n = 0;
+    if (!r) return NULL;
+    Py_DECREF(r);
+    return Py_BuildValue("(dd)", full, g_probe_us);
+}
+
 static PyMethodDef methods[] = {
     {"init", m_init, METH_VARARGS, "init(dtypes, torch.empty, get_raw_stream, LaunchError, (Tensor.data_ptr, .size, .is_contiguous, .get_device, .stride, torch.empty_like, Tensor.new_empty, torch.is_grad_enabled))"},
     {"enable_shim", m_enable_shim, METH_VARARGS, "enable_shim(libtorch paths, dtype names, (Tensor, Parameter)) -> bool"},
     {"disable_shim", m_disable_shim, METH_NOARGS, "use the attribute path only"},
+    {"enable_direct", m_enable_direct, METH_O, "enable_direct(probes) -> bool: read TensorImpl* without `_cdata`"},
     {"shim_probe", m_shim_probe, METH_O, "what the fast path reads from a tensor (for the self-check)"},
     {"eval_program", m_eval, METH_VARARGS, "eval_program(words: bytes, symbols: tuple) -> int"},
     {"driver_info", m_driver_info, METH_NOARGS, "driver_info() -> (version, [(major, minor)])"},
     {"bench_driver_launch", m_bench, METH_VARARGS, "bench_driver_launch(device, stream, n, clock) -> us per launch"},
+    {"bench_op", m_bench_op, METH_VARARGS, "bench_op(op, args, n) -> (us per call from C, us per bare launch of its kernel)"},
     {NULL}};
 
 static int exec_module(PyObject *m) {

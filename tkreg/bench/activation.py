@@ -60,5 +60,11 @@ def cases(quick, ceiling, progress):
         case = f"{t}x{i} bf16 (per call, loop)"
         rows.append(Row("silu_and_mul", case, "tkreg", ours, vs={"eager": eager / ours}))
         rows.append(Row("silu_and_mul", case, "eager", eager))
+        x = torch.randn(t, 2 * 2880, dtype=bf16, device="cuda")
+        ours = host_us(lambda: tkreg.ops.swiglu(x, *GPT_OSS), 5000) / 1e3
+        eager = host_us(lambda: _eager_swiglu(x, *GPT_OSS), 5000) / 1e3
+        case = f"{t}x2880 bf16 gpt-oss clamp (per call, loop)"
+        rows.append(Row("swiglu", case, "tkreg", ours, vs={"eager": eager / ours}))
+        rows.append(Row("swiglu", case, "eager", eager))
         progress()
     return rows

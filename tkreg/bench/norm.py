@@ -43,5 +43,10 @@ def cases(quick, ceiling, progress):
         eager = host_us(lambda: F.rms_norm(x, (n,), w, 1e-6), 5000) / 1e3
         rows.append(Row("rms_norm", f"{m}x{n} bf16 (per call, loop)", "tkreg", ours, vs={"eager": eager / ours}))
         rows.append(Row("rms_norm", f"{m}x{n} bf16 (per call, loop)", "eager", eager))
+        r = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
+        ours = host_us(lambda: tkreg.ops.fused_add_rms_norm(x, r, w), 5000) / 1e3
+        eager = host_us(lambda: reference.fused_add_rms_norm(x, r, w, 1e-6), 5000) / 1e3
+        rows.append(Row("fused_add_rms_norm", f"{m}x{n} bf16 (per call, loop)", "tkreg", ours, vs={"eager": eager / ours}))
+        rows.append(Row("fused_add_rms_norm", f"{m}x{n} bf16 (per call, loop)", "eager", eager))
         progress()
     return rows

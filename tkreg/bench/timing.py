@@ -57,6 +57,20 @@ def host_us(fn, n=20000) -> float:
     return (time.perf_counter() - t) / n * 1e6
 
 
+def burst_us(fn, k=200) -> float:
+    """Host wall time per call of `k` back-to-back calls into an idle stream.
+
+    The burst starts after a synchronize and 200 launches never fill the driver's queue, so the
+    GPU cannot be what is timed.
+    """
+    torch = need_torch()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(k):
+        fn()
+    return (time.perf_counter() - t) / k * 1e6
+
+
 def rotations(make, nbytes: int) -> list:
     """Enough input sets that one pass over them exceeds L2 twice."""
     return [make() for _ in range(max(1, min(8, -(-2 * L2_BYTES // max(nbytes, 1)))))]

@@ -21,7 +21,9 @@ def test_family_is_registered_for_both_archs():
     for name in ALL_OPS:
         assert have[f"tkreg.{name}"]["archs"] == ["sm_100a", "sm_90a"], name
         for arch, keys in have[f"tkreg.{name}"]["variants"].items():
-            assert len(keys) == (1 if "dequant" in name else 2), (name, arch, keys)
+            # group ops and dequants: a column-blocks-first kernel plus its any-M fallback
+            want = {"per_block_quant_fp8": 2, "per_token_group_dequant": 2, "per_block_dequant": 2}.get(name, 4)
+            assert len(keys) == want, (name, arch, keys)
 
 
 # ---- dispatch ---------------------------------------------------------------------------------
@@ -33,8 +35,24 @@ def test_group_ops_pick_the_dtype_variant(name, k, dt, arch):
     e = tkreg.explain(name, torch.empty(5, k, dtype=dt), arch=arch)
     layout = "col" if name.endswith("colmajor") else "row"
     silu = int(name.startswith("silu"))
-    assert e.chosen == f"dtype={str(dt)[6:]},layout={layout},silu={silu}", str(e)
+    cta = ",min_blocks=4" if layout == "col" else ""   # col: 8-row CTAs (full scale sectors)
+    want = f"dtype={str(dt)[6:]},layout={layout}{cta},silu={silu}" + (",threads=256" if cta else "")
+    assert e.chosen == want, str(e)
     assert sum(c for _, c, _ in e.rows) == 1
+
+
+@pytest.mark.parametrize("name, warps", [(n, 8 if n.endswith("colmajor") else 4) for n in GROUP_OPS]
+                         + [("per_token_group_dequant", 8)])
+def test_row_blocks_past_grid_y_take_the_rows_first_kernel(name, warps):
+    """The fast kernels put row blocks on grid y (<= 65535); more rows go to the fallback."""
+    k = 256 if name.startswith("silu") else 128
+    for m, grid in ((65535 * warps, None), (65535 * warps + 1, "rows")):
+        if "dequant" in name:
+            args = (torch.empty(m, k, dtype=torch.float8_e4m3fn), torch.empty(m, k // 128))
+        else:
+            args = (torch.empty(m, k, dtype=BF16),)
+        e = tkreg.explain(name, *args, arch="sm_90a")
+        assert e.chosen is not None and ("grid=rows" in e.chosen) == (grid == "rows"), str(e)
 
 
 @pytest.mark.parametrize("name, k, rule", [("per_token_group_quant_fp8", 1000, "K % 128 == 0"),

@@ -1,24 +1,138 @@
 """RMSNorm family: rms_norm, fused_add_rms_norm (vLLM's in-place residual form), rms_norm_backward.
 
 y = x * rsqrt(mean(x^2) + eps) * w, accumulated in fp32 and rounded once to x's dtype.  One CTA
-per token row with the hidden size N baked in, so a row lives in registers and is read once;
-tokens M are symbolic.  Served hidden sizes: HIDDEN below (others raise NoKernelError, or run the
-torch reference with TKREG_FALLBACK=reference).
+per token row; tokens M are symbolic.
+
+Hidden sizes: the sizes in HIDDEN get kernels with N baked in, so a row lives in registers and is
+read once.  Every other N with N % 8 == 0 (2880, 3584, 6144, 12288, 16384, ...) runs the any-N
+kernels (`N=0` variants, lower priority): for RESIDENT_FROM < N <= ANY_N_RESIDENT the row is
+loaded in 16-byte slots into registers and read once, like the static kernels; otherwise pass 1
+streams the row summing squares and pass 2 re-reads it (from L2) and writes.  Their sum order differs from the
+static kernels', so the two may differ in the last bit of a rounding.
+N % 8 != 0: NoKernelError (or the torch reference with TKREG_FALLBACK=reference).
+rms_norm_backward is static-N only.
 """
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 
 HIDDEN = (1024, 2048, 4096, 5120, 7168, 8192)
 DTYPES = ("bfloat16", "float16")
 BWD_ROWS = 16   # rows per CTA in the backward: fewer partial dw rows to reduce
+# Any-N kernels: rows of RESIDENT_FROM < N <= ANY_N_RESIDENT stay in registers (8 slots per
+# thread, 56-82 registers); shorter rows use the two-pass kernel (34 registers, twice the CTAs
+# per SM), which measured faster there on the H200 (3584: 87% of copy vs 75%); longer ones too.
+RESIDENT_FROM, ANY_N_RESIDENT = 8192, 16384
 
 
 def _threads(n: int) -> int:
     return 256 if n >= 4096 else 128
 
 
-def rms_norm_kernel(N: int, dtype: str, threads: int = 128):
+def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll: int = 2):
+    """rms_norm / fused_add_rms_norm for a symbolic N (N % 8 == 0), one CTA per row.
+
+    max_n > 0: the row stays in registers (max_n / (threads * 8) 16-byte slots per thread), read
+    once.  max_n == 0: any N, two passes (sum of squares, then re-read and write).
+    """
     import tilelang.language as T
 
+    M, N = T.dynamic("M"), T.dynamic("N")
+    vec, warps, f32 = 8, threads // 32, "float32"
+    chunk = threads * vec                        # columns one 16-byte slot per thread covers
+    slots = max_n // chunk if max_n else unroll
+
+    @T.macro
+    def load(x, residual, a, b, row, col, i):
+        for v in T.vectorized(vec):
+            a[i, v] = x[row, col + v]
+        if fused:
+            for v in T.vectorized(vec):
+                b[i, v] = residual[row, col + v]
+
+    @T.macro
+    def add_square(residual, a, b, row, col, i, acc):
+        if fused:                                # round the sum first, as the static kernel
+            for v in T.unroll(vec):
+                a[i, v] = T.cast(T.cast(a[i, v], f32) + T.cast(b[i, v], f32), dtype)
+            for v in T.vectorized(vec):
+                residual[row, col + v] = a[i, v]
+        for v in T.unroll(vec):
+            acc[0] = acc[0] + T.cast(a[i, v], f32) * T.cast(a[i, v], f32)
+
+    @T.macro
+    def scale_store(a, i, weight, out, row, col, r, w):
+        for v in T.vectorized(vec):
+            w[v] = weight[col + v]
+        for v in T.unroll(vec):
+            a[i, v] = T.cast(T.cast(a[i, v], f32) * r * T.cast(w[v], f32), dtype)
+        for v in T.vectorized(vec):
+            out[row, col + v] = a[i, v]
+
+    @T.macro
+    def run(x, residual, weight, out, eps):
+        with T.Kernel(M, threads=threads) as row:
+            T.assume(N % vec == 0)
+            tx = T.get_thread_binding()
+            red = T.alloc_shared((warps,), f32)
+            a = T.alloc_local((slots, vec), dtype)
+            b = T.alloc_local((slots, vec), dtype)
+            w = T.alloc_local((vec,), dtype)
+            acc = T.alloc_local((1,), f32)
+            tot = T.alloc_local((1,), f32)
+            acc[0] = T.float32(0)
+            if max_n:
+                for i in T.unroll(slots):        # every load first
+                    if i * chunk + tx * vec < N:
+                        load(x, residual, a, b, row, i * chunk + tx * vec, i)
+                for i in T.unroll(slots):
+                    if i * chunk + tx * vec < N:
+                        add_square(residual, a, b, row, i * chunk + tx * vec, i, acc)
+            else:
+                for it in T.serial(T.ceildiv(N, chunk * slots)):
+                    for i in T.unroll(slots):
+                        if (it * slots + i) * chunk + tx * vec < N:
+                            load(x, residual, a, b, row, (it * slots + i) * chunk + tx * vec, i)
+                    for i in T.unroll(slots):
+                        if (it * slots + i) * chunk + tx * vec < N:
+                            add_square(residual, a, b, row, (it * slots + i) * chunk + tx * vec, i, acc)
+            for k in T.unroll(5):
+                acc[0] = acc[0] + T.shfl_xor(acc[0], 16 >> k)
+            if tx % 32 == 0:
+                red[tx // 32] = acc[0]
+            T.sync_threads()
+            tot[0] = T.float32(0)
+            for i in T.unroll(warps):
+                tot[0] = tot[0] + red[i]
+            r = T.rsqrt(tot[0] / T.cast(N, f32) + eps)
+            if max_n:
+                for i in T.unroll(slots):
+                    if i * chunk + tx * vec < N:
+                        scale_store(a, i, weight, out, row, i * chunk + tx * vec, r, w)
+            else:                                # pass 2 re-reads the row (from L2)
+                for it in T.serial(T.ceildiv(N, chunk)):
+                    if it * chunk + tx * vec < N:
+                        for v in T.vectorized(vec):
+                            a[0, v] = (residual if fused else x)[row, it * chunk + tx * vec + v]
+                        scale_store(a, 0, weight, out, row, it * chunk + tx * vec, r, w)
+
+    if fused:
+        @T.prim_func
+        def fused_add_rms_norm(x: T.Tensor((M, N), dtype), residual: T.Tensor((M, N), dtype),
+                               weight: T.Tensor((N,), dtype), eps: T.float32):
+            run(x, residual, weight, x, eps)
+        return fused_add_rms_norm
+
+    @T.prim_func
+    def rms_norm(x: T.Tensor((M, N), dtype), weight: T.Tensor((N,), dtype),
+                 out: T.Tensor((M, N), dtype), eps: T.float32):
+        run(x, None, weight, out, eps)
+    return rms_norm
+
+
+def rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0):
+    import tilelang.language as T
+
+    if N == 0:
+        return _any_n_kernel(dtype, threads, fused=False, max_n=max_n)
     M = T.dynamic("M")
 
     @T.prim_func
@@ -39,10 +153,12 @@ def rms_norm_kernel(N: int, dtype: str, threads: int = 128):
     return rms_norm
 
 
-def fused_add_rms_norm_kernel(N: int, dtype: str, threads: int = 128):
+def fused_add_rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0):
     """residual <- x + residual (rounded); x <- rms_norm(residual) * w: both in place."""
     import tilelang.language as T
 
+    if N == 0:
+        return _any_n_kernel(dtype, threads, fused=True, max_n=max_n)
     M = T.dynamic("M")
 
     @T.prim_func
@@ -118,8 +234,15 @@ def rms_norm_backward_kernel(N: int, dtype: str, threads: int = 128):
     return rms_norm_backward
 
 
-def _variants():
-    return tuple(Variant({"N": n, "dtype": d, "threads": _threads(n)}) for n in HIDDEN for d in DTYPES)
+def _variants(any_n: bool = False):
+    """Static N per HIDDEN size; with any_n, then the N=0 kernels for every other N % 8 == 0."""
+    static = tuple(Variant({"N": n, "dtype": d, "threads": _threads(n)}) for n in HIDDEN for d in DTYPES)
+    if not any_n:
+        return static
+    return static + tuple(v for d in DTYPES for v in (
+        Variant({"N": 0, "dtype": d, "threads": 256, "max_n": ANY_N_RESIDENT},
+                rule=f"N % 8 == 0 and N > {RESIDENT_FROM} and N <= {ANY_N_RESIDENT}", priority=-1),
+        Variant({"N": 0, "dtype": d, "threads": 256}, rule="N % 8 == 0", priority=-2)))
 
 
 _EPS = Scalar("eps", "float32", 1e-6)
@@ -130,7 +253,7 @@ SPECS = (
         tensors=(Tensor("x", ("M", "N"), dtypes=DTYPES),
                  Tensor("weight", ("N",), dtype_of="x"),
                  Tensor("out", ("M", "N"), dtype_of="x", role="output")),
-        scalars=(_EPS,), factory=rms_norm_kernel, variants=_variants(),
+        scalars=(_EPS,), factory=rms_norm_kernel, variants=_variants(any_n=True),
         reference="tkreg.reference.norm:rms_norm",
     ),
     OpSpec(
@@ -139,7 +262,7 @@ SPECS = (
         tensors=(Tensor("x", ("M", "N"), dtypes=DTYPES, role="inplace"),
                  Tensor("residual", ("M", "N"), dtype_of="x", role="inplace"),
                  Tensor("weight", ("N",), dtype_of="x")),
-        scalars=(_EPS,), factory=fused_add_rms_norm_kernel, variants=_variants(),
+        scalars=(_EPS,), factory=fused_add_rms_norm_kernel, variants=_variants(any_n=True),
         reference="tkreg.reference.norm:fused_add_rms_norm",
     ),
     OpSpec(

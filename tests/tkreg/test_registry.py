@@ -49,10 +49,19 @@ def test_rms_norm_picks_hidden_size_and_dtype(n, dt):
     assert sum(c for _, c, _ in e.rows) == 1
 
 
+@pytest.mark.parametrize("n", [8, 1000, 2880, 3584, 16384, 16392])
+def test_other_hidden_sizes_take_the_any_n_kernel(n):
+    """Register-resident for 8192 < N <= 16384, the two-pass kernel otherwise."""
+    e = tkreg.explain("rms_norm", torch.empty(3, n, dtype=BF16), torch.empty(n, dtype=BF16), arch="sm_90a")
+    want = "N=0,dtype=bfloat16,max_n=16384,threads=256" if 8192 < n <= 16384 else "N=0,dtype=bfloat16,threads=256"
+    assert e.chosen == want, str(e)
+
+
 def test_no_variant_lists_every_candidate_with_a_reason():
-    e = tkreg.explain("rms_norm", torch.empty(3, 1000, dtype=BF16), torch.empty(1000, dtype=BF16), arch="sm_90a")
+    e = tkreg.explain("rms_norm", torch.empty(3, 1004, dtype=BF16), torch.empty(1004, dtype=BF16), arch="sm_90a")
     assert e.chosen is None
-    assert all(why.startswith(("needs N ==", "`x` is")) for _, _, why in e.rows)
+    assert all(why.startswith(("needs N ==", "needs N % 8 == 0", "`x` is")) for _, _, why in e.rows)
+    assert any(why == "needs N % 8 == 0" for _, _, why in e.rows)
     assert "no variant accepts" in str(e)
 
 

@@ -10,7 +10,14 @@ def cases(quick, ceiling, progress):
     from tkreg import reference
     F = torch.nn.functional
     rows = []
-    shapes = [(16384, 7168), (16384, 4096)] + ([] if quick else [(8192, 8192), (4096, 5120)])
+    # 3584 (Qwen2-7B) and 16384 (Llama-3-405B) run the any-N kernels; the rest have static-N ones
+    shapes = [(16384, 7168), (16384, 4096)] + ([] if quick else [(8192, 8192), (4096, 5120), (16384, 3584), (8192, 16384)])
+
+    def label(m, n):
+        x = torch.empty(1, n, dtype=torch.bfloat16, device="cuda")
+        any_n = tkreg.explain("rms_norm", x, x[0]).chosen.startswith("N=0,")
+        return f"{m}x{n} bf16" + (" (any-N kernel)" if any_n else "")
+
     comp = compiled(reference.rms_norm)
     for m, n in shapes:
         nbytes = 2 * m * n * 2 + n * 2
@@ -20,10 +27,10 @@ def cases(quick, ceiling, progress):
         peers = {"eager": gpu_ms(lambda x, w: F.rms_norm(x, (n,), w, 1e-6), sets)}
         if comp is not None:
             peers["torch.compile"] = gpu_ms(lambda x, w: comp(x, w, 1e-6), sets)
-        rows += bandwidth_rows("rms_norm", f"{m}x{n} bf16", nbytes, ceiling, ours, peers)
+        rows += bandwidth_rows("rms_norm", label(m, n), nbytes, ceiling, ours, peers)
         progress()
     comp_add = compiled(reference.fused_add_rms_norm)
-    for m, n in shapes[:2]:
+    for m, n in shapes[:2] + ([] if quick else [(16384, 3584)]):
         # in place: x and residual read and written, weight read
         nbytes = 4 * m * n * 2 + n * 2
         sets = rotations(lambda: (torch.randn(m, n, dtype=torch.bfloat16, device="cuda"),
@@ -33,7 +40,7 @@ def cases(quick, ceiling, progress):
         peers = {"eager": gpu_ms(lambda x, r, w: reference.fused_add_rms_norm(x, r, w, 1e-6), sets)}
         if comp_add is not None:
             peers["torch.compile"] = gpu_ms(lambda x, r, w: comp_add(x, r, w, 1e-6), sets)
-        rows += bandwidth_rows("fused_add_rms_norm", f"{m}x{n} bf16", nbytes, ceiling, ours, peers)
+        rows += bandwidth_rows("fused_add_rms_norm", label(m, n), nbytes, ceiling, ours, peers)
         progress()
     for m in ([1, 64] if quick else [1, 16, 64]):
         n = 4096

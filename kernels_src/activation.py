@@ -33,6 +33,19 @@ ROWS, THREADS = 4, 128
 TUNED = {"silu_and_mul": (1, 256), "swiglu": (2, 128)}
 
 
+def _load_halves(T, rows: int, vec: int, Tn, I):  # noqa: E741
+    """Macro: a thread's `rows` x `vec` slices of the gate (x[:, c:]) and up (x[:, I + c:]) halves."""
+    @T.macro
+    def load(x, g, u, bt, c):
+        for r in T.unroll(rows):
+            if bt * rows + r < Tn:
+                for e in T.vectorized(vec):
+                    g[r, e] = x[bt * rows + r, c + e]
+                for e in T.vectorized(vec):
+                    u[r, e] = x[bt * rows + r, I + c + e]
+    return load
+
+
 def gated_kernel(op: str, dtype: str, vec: int, rows: int | None = None, threads: int | None = None):
     """op: "silu_and_mul" (no scalars) or "swiglu" (limit, alpha, beta)."""
     import tilelang.language as T
@@ -42,6 +55,7 @@ def gated_kernel(op: str, dtype: str, vec: int, rows: int | None = None, threads
     Tn, N = T.dynamic("T"), T.dynamic("N")
     I = N // 2  # noqa: E741
     f32 = "float32"
+    load = _load_halves(T, rows, vec, Tn, I)
 
     @T.macro
     def run(x, out, limit, alpha, beta, clamp: bool, scaled: bool):
@@ -53,12 +67,7 @@ def gated_kernel(op: str, dtype: str, vec: int, rows: int | None = None, threads
             o = T.alloc_local((rows, vec), dtype)
             c = (bc * threads + T.get_thread_binding()) * vec
             if c < I:
-                for r in T.unroll(rows):
-                    if bt * rows + r < Tn:
-                        for e in T.vectorized(vec):
-                            g[r, e] = x[bt * rows + r, c + e]
-                        for e in T.vectorized(vec):
-                            u[r, e] = x[bt * rows + r, I + c + e]
+                load(x, g, u, bt, c)
                 for r in T.unroll(rows):
                     if bt * rows + r < Tn:
                         for e in T.unroll(vec):
@@ -103,6 +112,7 @@ def silu_and_mul_backward_kernel(dtype: str, vec: int, rows: int = ROWS, threads
     Tn, N = T.dynamic("T"), T.dynamic("N")
     I = N // 2  # noqa: E741
     f32 = "float32"
+    load = _load_halves(T, rows, vec, Tn, I)
 
     @T.prim_func
     def silu_and_mul_backward(x: T.Tensor((Tn, N), dtype), dy: T.Tensor((Tn, I), dtype),
@@ -117,12 +127,9 @@ def silu_and_mul_backward_kernel(dtype: str, vec: int, rows: int = ROWS, threads
             ou = T.alloc_local((rows, vec), dtype)
             c = (bc * threads + T.get_thread_binding()) * vec
             if c < I:
+                load(x, g, u, bt, c)           # every load before any math
                 for r in T.unroll(rows):
                     if bt * rows + r < Tn:
-                        for e in T.vectorized(vec):
-                            g[r, e] = x[bt * rows + r, c + e]
-                        for e in T.vectorized(vec):
-                            u[r, e] = x[bt * rows + r, I + c + e]
                         for e in T.vectorized(vec):
                             d[r, e] = dy[bt * rows + r, c + e]
                 for r in T.unroll(rows):

@@ -289,6 +289,16 @@ def _group_spec(name, doc, layout, silu):
         reference=_REF + name.split(".")[1])
 
 
+def _dequant_spec(name, block_rows, rows, s_shape, rule, doc):
+    return OpSpec(
+        name=name, doc=doc,
+        tensors=(Tensor("q", (rows, "K"), dtypes=(FP8,)),
+                 Tensor("s", s_shape, dtype="float32"),
+                 Tensor("out", (rows, "K"), dtype="bfloat16", role="output")),
+        factory=dequant_kernel, variants=_cols_then_rows(dict(block_rows=block_rows), rule, rows, 8),
+        reference=_REF + name.split(".")[1])
+
+
 SPECS = (
     _group_spec("tkreg.per_token_group_quant_fp8",
                 "x[M, K] -> q[M, K] e4m3, s[M, K // 128] fp32 (groups of 128, K % 128 == 0)", "row", False),
@@ -309,20 +319,8 @@ SPECS = (
         scalars=(_UE8M0,), factory=block_quant_kernel,
         variants=tuple(Variant(dict(dtype=d), rule="K % 16 == 0") for d in DTYPES),
         reference=_REF + "per_block_quant_fp8"),
-    OpSpec(
-        name="tkreg.per_token_group_dequant",
-        doc="q[M, K] e4m3, s[M, K // 128] fp32 -> bf16 q * s (K % 128 == 0)",
-        tensors=(Tensor("q", ("M", "K"), dtypes=(FP8,)),
-                 Tensor("s", ("M", "K // 128"), dtype="float32"),
-                 Tensor("out", ("M", "K"), dtype="bfloat16", role="output")),
-        factory=dequant_kernel, variants=_cols_then_rows(dict(block_rows=1), "K % 128 == 0", "M", 8),
-        reference=_REF + "per_token_group_dequant"),
-    OpSpec(
-        name="tkreg.per_block_dequant",
-        doc="q[N, K] e4m3, s[ceil(N/128), ceil(K/128)] fp32 -> bf16 q * s (K % 16 == 0)",
-        tensors=(Tensor("q", ("N", "K"), dtypes=(FP8,)),
-                 Tensor("s", ("(N + 127) // 128", "(K + 127) // 128"), dtype="float32"),
-                 Tensor("out", ("N", "K"), dtype="bfloat16", role="output")),
-        factory=dequant_kernel, variants=_cols_then_rows(dict(block_rows=128), "K % 16 == 0", "N", 8),
-        reference=_REF + "per_block_dequant"),
+    _dequant_spec("tkreg.per_token_group_dequant", 1, "M", ("M", "K // 128"), "K % 128 == 0",
+                  "q[M, K] e4m3, s[M, K // 128] fp32 -> bf16 q * s (K % 128 == 0)"),
+    _dequant_spec("tkreg.per_block_dequant", 128, "N", ("(N + 127) // 128", "(K + 127) // 128"), "K % 16 == 0",
+                  "q[N, K] e4m3, s[ceil(N/128), ceil(K/128)] fp32 -> bf16 q * s (K % 16 == 0)"),
 )

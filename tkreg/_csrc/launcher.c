@@ -331,15 +331,8 @@ fail:
 }
 
 static PyObject *Variant_key(PyObject *self, void *closure) { Py_INCREF(((Variant *)self)->key); return ((Variant *)self)->key; }
-static PyObject *Variant_loaded(PyObject *self, void *closure) {
-    PyObject *l = PyList_New(0);
-    for (int d = 0; d < MAXDEV && l; d++)
-        if (((Variant *)self)->mod[d]) { PyObject *i = PyLong_FromLong(d); PyList_Append(l, i); Py_DECREF(i); }
-    return l;
-}
 static PyGetSetDef Variant_getset[] = {
     {"key", Variant_key, NULL, "the variant's key", NULL},
-    {"loaded_devices", Variant_loaded, NULL, "devices whose module is loaded", NULL},
     {NULL}};
 static PyType_Slot Variant_slots[] = {
     {Py_tp_new, Variant_new}, {Py_tp_dealloc, Variant_dealloc}, {Py_tp_getset, Variant_getset},

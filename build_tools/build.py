@@ -6,6 +6,7 @@ The pack written is deterministic (sorted manifest, content-derived file names).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import itertools
 import os
 import shutil
@@ -20,7 +21,8 @@ from pathlib import Path
 from tkreg import manifest
 from tkreg.elf import sm_of_arch
 from tkreg.errors import SpecError
-from tkreg.spec import OpSpec
+from tkreg.plan import Plan
+from tkreg.spec import OpSpec, Variant
 
 from . import cache as cache_mod
 from . import sources
@@ -61,13 +63,13 @@ def _compile_job(job: Job, cache_root: str):
         from . import plan as plan_mod
         spec = next(s for s in sources.specs_of(job.ref) if s.name == job.op)
         variant = next(v for v in spec.variants if v.key == job.variant)
-        func = spec.factory(**variant.kwargs())
-        art = comp.lower(func, job.arch)
+        func = spec.factory(**factory_kwargs(spec.factory, variant, job.arch))
+        art = comp.lower(func, job.arch, dict(variant.pass_configs))
         plan = plan_mod.extract(spec, variant, func, art)
         work = Path(cache_root) / "work" / job.key[:16]
-        cubin = comp.nvcc(art.kernel_source, job.arch, work)
+        cubin = comp.nvcc(art.kernel_source, job.arch, work, variant.nvcc_flags)
         shutil.rmtree(work, ignore_errors=True)
-        cache_mod.Cache(Path(cache_root)).put(job.key, cubin, plan, art.kernel_source)
+        cache_mod.Cache(Path(cache_root)).put(job.key, cubin, plan.to_json(), art.kernel_source)
         return None
     except CompileError as e:
         return f"{job.label}: {e}"
@@ -77,10 +79,22 @@ def _compile_job(job: Job, cache_root: str):
         return f"{job.label}: {traceback.format_exc(limit=6)}"
 
 
+def factory_kwargs(factory, variant: Variant, arch: str) -> dict:
+    """The variant's params, plus `arch=` when the factory takes it (per-arch kernels)."""
+    kw = variant.kwargs()
+    try:
+        ps = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return kw
+    if "arch" in ps or any(p.kind is p.VAR_KEYWORD for p in ps.values()):
+        kw.setdefault("arch", arch)
+    return kw
+
+
 def _check_coverage(spec: OpSpec, arch: str, plans: dict) -> list[str]:
     """Each dtype combination the spec declares needs a variant on every arch it is built for."""
     free = [t for t in spec.tensors if t.dtypes]
-    have = {tuple(p["dtypes"][t.name] for t in free) for p in plans.values()}
+    have = {tuple(p.uses.get(t.name) for t in free) for p in plans.values()}
     gaps = []
     for combo in itertools.product(*(t.dtypes for t in free)):
         if combo not in have:
@@ -88,11 +102,6 @@ def _check_coverage(spec: OpSpec, arch: str, plans: dict) -> list[str]:
             gaps.append(f"{spec.name} declares {desc} but no variant for {arch} compiles it "
                         f"(variants: {sorted(plans) or 'none'})")
     return gaps
-
-
-def _cubin_name(op: str, variant: str) -> str:
-    slug = variant.replace(",", "_").replace("=", "-") or "default"
-    return f"{op}__{slug}.cubin"
 
 
 def plan_jobs(specs_by_ref, archs, only, namespace, cache):
@@ -111,7 +120,7 @@ def plan_jobs(specs_by_ref, archs, only, namespace, cache):
                     continue
                 for v in spec.variants_for(arch):
                     jobs.append((spec, v, Job(ref, spec.name, v.key, arch,
-                                              cache_mod.key(src_hash, spec.name, v.key, arch, tc))))
+                                              cache_mod.key(src_hash, spec.name, v.to_json(), arch, tc))))
     return jobs
 
 
@@ -166,7 +175,8 @@ def build(out: Path, archs=DEFAULT_ARCHS, only=(), src="kernels_src", jobs: int 
     by_arch: dict = {a: {} for a in archs}
     for spec, variant, job in planned:
         cubin, plan = cache.get(job.key)
-        by_arch[job.arch].setdefault(spec.name, (spec, {}))[1][variant.key] = (variant, job, cubin, plan)
+        by_arch[job.arch].setdefault(spec.name, (spec, {}))[1][variant.key] = (variant, job, cubin,
+                                                                                Plan.from_json(plan))
     gaps = [g for arch, entries in by_arch.items() for spec, vs in entries.values()
             for g in _check_coverage(spec, arch, {k: v[3] for k, v in vs.items()})]
     if gaps:
@@ -179,17 +189,14 @@ def build(out: Path, archs=DEFAULT_ARCHS, only=(), src="kernels_src", jobs: int 
         arch_dir.mkdir(parents=True)
         ops = {}
         for name, (spec, vs) in sorted(entries.items()):
-            variants = []
+            records = []
             for key, (variant, job, cubin, plan) in sorted(vs.items()):
-                fname = _cubin_name(name, key)
+                fname = manifest.cubin_name(name, key)
                 (arch_dir / fname).write_bytes(cubin)
-                variants.append({"key": key, "priority": variant.priority, "rule": variant.rule,
-                                 "cubin": fname, "sha256": hashlib.sha256(cubin).hexdigest(),
-                                 "source_hash": job.ref.source_hash()[:16], "plan": plan})
-            ops[name] = {"spec": spec.to_json(), "variants": variants}
-        manifest.dump(arch_dir / manifest.FILENAME,
-                      {"schema": manifest.SCHEMA, "arch": arch, "namespace": namespace or "",
-                       "toolchain": tc, "ops": ops})
+                records.append(manifest.VariantRecord(key, fname, hashlib.sha256(cubin).hexdigest(), plan,
+                                                      job.ref.source_hash()[:16]))
+            ops[name] = manifest.OpRecord(spec, tuple(records))
+        manifest.dump(arch_dir / manifest.FILENAME, arch, namespace or "", tc, ops)
         report.archs[arch] = {n: sorted(v[1]) for n, v in entries.items()}
     report.seconds = time.time() - t0
     return report

@@ -1,7 +1,7 @@
 """Content-addressed compile cache: an unchanged variant is never compiled twice.
 
 The key covers everything that can change the cubin or its plan: the family module's source,
-the variant's parameters, arch, tilelang and nvcc versions, nvcc flags, and the source of the
+the variant's parameters, rule, pass configs and nvcc flags, arch, tilelang and nvcc versions, nvcc flags, and the source of the
 build tools that lower and extract plans.  Entries are written atomically (tmp dir + rename).
 """
 from __future__ import annotations
@@ -33,14 +33,16 @@ def _tool_hash() -> str:
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
     import tkreg.expr
+    import tkreg.plan
     import tkreg.spec
-    for f in [here / n for n in _TOOL_FILES] + [Path(tkreg.expr.__file__), Path(tkreg.spec.__file__)]:
+    for f in [here / n for n in _TOOL_FILES] + [Path(m.__file__) for m in (tkreg.expr, tkreg.spec, tkreg.plan)]:
         h.update(f.read_bytes())
     return h.hexdigest()
 
 
-def key(source_hash: str, op: str, variant_key: str, arch: str, toolchain: dict) -> str:
-    blob = json.dumps({"source": source_hash, "op": op, "variant": variant_key, "arch": arch,
+def key(source_hash: str, op: str, variant: dict, arch: str, toolchain: dict) -> str:
+    """`variant` is Variant.to_json(): params, rule, pass configs and nvcc flags."""
+    blob = json.dumps({"source": source_hash, "op": op, "variant": variant, "arch": arch,
                        "toolchain": toolchain, "tools": _tool_hash()}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 

@@ -84,14 +84,15 @@ def lower(func, arch: str, pass_configs: dict | None = None):
         return lower_with_context(func, ctx, enable_host_codegen=False, enable_device_compile=False)
 
 
-def nvcc(source: str, arch: str, workdir: Path) -> bytes:
-    """Compile CUDA C++ to a cubin for `arch`; CompileError carries nvcc's message."""
+def nvcc(source: str, arch: str, workdir: Path, extra_flags=()) -> bytes:
+    """Compile CUDA C++ to a cubin for `arch` (tkreg's flags, then a variant's own);
+    CompileError carries nvcc's message."""
     from tilelang import env as tl_env
 
     sm = arch[3:]
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "kernel.cu").write_text(source)
-    cmd = [toolchain().nvcc_path, *NVCC_FLAGS, "-gencode", f"arch=compute_{sm},code=sm_{sm}",
+    cmd = [toolchain().nvcc_path, *NVCC_FLAGS, *extra_flags, "-gencode", f"arch=compute_{sm},code=sm_{sm}",
            "-I" + str(tl_env.TILELANG_TEMPLATE_PATH), "-I" + str(tl_env.CUTLASS_INCLUDE_DIR),
            "-o", "kernel.cubin", "kernel.cu"]
     p = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from . import sources
+from .build import factory_kwargs
 
 
 def measure(src="kernels_src", only=(), arch="sm_90a", repeat=2) -> dict:
@@ -30,8 +31,8 @@ def measure(src="kernels_src", only=(), arch="sm_90a", repeat=2) -> dict:
             runs = []
             for _ in range(repeat):
                 t = time.perf_counter()
-                art = comp.lower(spec.factory(**v.kwargs()), arch)
-                comp.nvcc(art.kernel_source, arch, Path(tempfile.mkdtemp()))
+                art = comp.lower(spec.factory(**factory_kwargs(spec.factory, v, arch)), arch, dict(v.pass_configs))
+                comp.nvcc(art.kernel_source, arch, Path(tempfile.mkdtemp()), v.nvcc_flags)
                 runs.append(round(time.perf_counter() - t, 2))
             ops[spec.name] = {"variant": v.key, "seconds": runs}
     return {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.node()} ({platform.machine()}, "

@@ -5,6 +5,7 @@ shared/DESIGN.md): kernels in launch order (the host function's `tvm_call_packed
 kernel's parameters, grid/block (`thread_extent`), dynamic shared memory, cluster/cooperative/
 PDL flags, and every TMA descriptor's encode arguments (`tma_descriptor_args`).  Static dims the
 factory baked in become variant constraints, so dispatch never picks a cubin for the wrong size.
+The result is tkreg/plan.py's `Plan` record, written into the manifest as it is.
 """
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import tilelang  # noqa: F401  (puts its bundled tvm on sys.path)
 from tvm import tirx
 
 from tkreg import expr
+from tkreg.codes import DEVICE_SYMBOLS
 from tkreg.errors import SpecError
+from tkreg.plan import Constraint, Launch, Param, Plan, TmaDesc
 from tkreg.spec import DTYPES, OpSpec, Variant
 
 from .tir_expr import to_program
@@ -61,13 +64,14 @@ def _same_function(a: list, b: list) -> bool:
     return True
 
 
-def extract(spec: OpSpec, variant: Variant, func, artifact) -> dict:
-    """The plan for one compiled variant (JSON-able); raises SpecError naming what disagrees."""
+def extract(spec: OpSpec, variant: Variant, func, artifact) -> Plan:
+    """The plan for one compiled variant; raises SpecError naming what disagrees."""
     where = f"{spec.name}[{variant.key}]"
     tensors = {t.name: t for t in spec.tensors}
     scalars = {s.name: s for s in spec.scalars}
 
-    # 1. the prim_func's buffers must be the spec's tensors; unify shapes and dtypes.
+    # 1. the prim_func's buffers are the spec's tensors (a variant may leave inputs and scratch
+    #    out, never an output); unify shapes, strides and dtypes.
     buffers = {}
     scalar_params = set()
     for p in func.params:
@@ -76,13 +80,20 @@ def extract(spec: OpSpec, variant: Variant, func, artifact) -> dict:
             buffers[b.name] = b
         else:
             scalar_params.add(p.name)
-    if set(buffers) != set(tensors):
+    unknown = set(buffers) - set(tensors)
+    if unknown:
         raise SpecError(f"{where}: kernel tensors {sorted(buffers)} differ from the spec's {sorted(tensors)}")
-    if scalar_params != set(scalars):
+    missing = {t.name for t in spec.tensors if t.role == "output"} - set(buffers)
+    if missing:
+        raise SpecError(f"{where}: the kernel does not take output(s) {sorted(missing)}")
+    if scalar_params - set(scalars) - set(DEVICE_SYMBOLS):
         raise SpecError(f"{where}: kernel scalars {sorted(scalar_params)} differ from the spec's {sorted(scalars)}")
 
+    params = {p: variant.kwargs()[p] for p in spec.param_symbols()}
     dtypes, constraints = {}, []
     for t in spec.tensors:
+        if t.name not in buffers:
+            continue
         b = buffers[t.name]
         dtypes[t.name] = _dtype_name(b.dtype)
         if dtypes[t.name] not in DTYPES:
@@ -91,6 +102,9 @@ def extract(spec: OpSpec, variant: Variant, func, artifact) -> dict:
             raise SpecError(f"{where}: `{t.name}` has rank {len(b.shape)} in the kernel, {len(t.shape)} in the spec")
         for i, (kd, sd) in enumerate(zip(b.shape, t.dims())):
             kprog = to_program(kd)
+            sd = [params.get(x[1:], x) if isinstance(x, str) and x.startswith("$") else x for x in sd]
+            if not expr.symbols(sd) and len(sd) > 1:  # variant parameters only: a number for this variant
+                sd = [expr.evaluate(sd, {})]
             if kprog == sd or _same_function(kprog, sd):
                 continue
             c = expr.const(kprog)
@@ -100,17 +114,29 @@ def extract(spec: OpSpec, variant: Variant, func, artifact) -> dict:
             if expr.const(sd) is not None:
                 raise SpecError(f"{where}: `{t.name}`.shape[{i}] is {c} in the kernel but {sd[0]} in the spec")
             text = f"{expr.to_text(sd)} == {c}"
-            if text not in [k["text"] for k in constraints]:
-                constraints.append({"text": text, "prog": sd + [c, "=="]})
-        if b.strides and [to_program(s) for s in b.strides] != [to_program(s) for s in _compact_strides(b.shape)]:
-            raise SpecError(f"{where}: `{t.name}` is declared with non-compact strides; tkreg kernels take "
-                            "row-major contiguous tensors")
+            if text not in [k.text for k in constraints]:
+                constraints.append(Constraint(text, sd + [c, "=="]))
+        kstrides = [to_program(s) for s in b.strides] if b.strides else [to_program(s) for s in _compact_strides(b.shape)]
+        want = t.stride_progs()
+        if want is None:
+            if b.strides and kstrides != [to_program(s) for s in _compact_strides(b.shape)]:
+                raise SpecError(f"{where}: `{t.name}` has strides in the kernel; declare them in the spec "
+                                "(Tensor(..., strides=(...)))")
+        elif any(k != w and not _same_function(k, w) for k, w in zip(kstrides, want)):
+            raise SpecError(f"{where}: `{t.name}` has strides {[str(s) for s in b.strides]} in the kernel but "
+                            f"{list(t.strides)} in the spec")
+    roots = spec.dtype_roots()
     for t in spec.tensors:
-        want = (t.dtypes if t.dtypes else (t.dtype,) if t.dtype else (dtypes[t.dtype_of],))
+        if t.name not in dtypes:
+            continue
+        root = tensors[roots[t.name]]
+        want = root.dtypes or (root.dtype,)
+        if root.name in dtypes and root is not t:
+            want = (dtypes[root.name],)
         if dtypes[t.name] not in want:
             raise SpecError(f"{where}: `{t.name}` is {dtypes[t.name]} in the kernel; the spec allows {list(want)}")
     if variant.rule:
-        constraints.append({"text": variant.rule, "prog": expr.parse(variant.rule)})
+        constraints.append(Constraint(variant.rule, expr.parse(variant.rule)))
 
     # 2. TMA descriptors, by the name of the kernel parameter that receives them.
     data_to_tensor = {b.data.name: name for name, b in buffers.items()}
@@ -129,16 +155,14 @@ def extract(spec: OpSpec, variant: Variant, func, artifact) -> dict:
         if buf not in data_to_tensor:
             raise SpecError(f"{where}: TMA descriptor {var.name} reads `{buf}`, which is no argument")
         o = 5
-        dims = [to_program(x) for x in args[o:o + rank]]
-        strides = [to_program(x) for x in args[o + rank + 1:o + 2 * rank]]  # [0] is the element size
-        box = [_as_int(x, "TMA box") for x in args[o + 2 * rank:o + 3 * rank]]
-        estr = [_as_int(x, "TMA element stride") for x in args[o + 3 * rank:o + 4 * rank]]
         tail = [_as_int(x, "TMA mode") for x in args[o + 4 * rank:o + 4 * rank + 4]]
         tma_index[var.name] = len(tma_list)
-        tma_list.append({"tensor": data_to_tensor[buf], "dtype": _as_int(args[2], "TMA dtype"),
-                         "rank": rank, "dims": dims, "strides": strides, "box": box,
-                         "elem_strides": estr, "interleave": tail[0], "swizzle": tail[1],
-                         "l2": tail[2], "oob": tail[3]})
+        tma_list.append(TmaDesc(
+            data_to_tensor[buf], _as_int(args[2], "TMA dtype"), rank,
+            [to_program(x) for x in args[o:o + rank]],
+            [to_program(x) for x in args[o + rank + 1:o + 2 * rank]],  # [0] is the element size
+            [_as_int(x, "TMA box") for x in args[o + 2 * rank:o + 3 * rank]],
+            [_as_int(x, "TMA element stride") for x in args[o + 3 * rank:o + 4 * rank]], *tail))
 
     # 3. kernels in launch order, with their parameters.
     devices = {gv.name_hint: f for gv, f in artifact.device_mod.functions.items()}
@@ -153,7 +177,8 @@ def extract(spec: OpSpec, variant: Variant, func, artifact) -> dict:
     if not calls:
         raise SpecError(f"{where}: the host function launches no kernel")
 
-    syms = spec.symbols()
+    syms = spec.symbols() | spec.stride_symbols() | set(DEVICE_SYMBOLS)
+    known = syms | spec.scalar_symbols()
     kernels = []
     for name in calls:
         f = devices[name]
@@ -165,27 +190,28 @@ def extract(spec: OpSpec, variant: Variant, func, artifact) -> dict:
         params = []
         for p in f.params:
             if p.name in tma_index:
-                params.append({"kind": "tma", "index": tma_index[p.name]})
+                params.append(Param("tma", index=tma_index[p.name]))
             elif p.name in data_to_tensor and str(p.dtype) == "handle":
-                params.append({"kind": "ptr", "tensor": data_to_tensor[p.name]})
+                params.append(Param("ptr", data_to_tensor[p.name]))
             elif p.name in syms:
-                params.append({"kind": "sym", "name": p.name, "type": str(p.dtype)})
+                if str(p.dtype) not in ("int32", "int64"):
+                    raise SpecError(f"{where}: symbol parameter {p.name} has type {p.dtype}")
+                params.append(Param("sym", p.name, type=str(p.dtype)))
             elif p.name in scalars:
-                params.append({"kind": "scalar", "name": p.name, "type": str(p.dtype)})
+                if str(p.dtype) != scalars[p.name].type:
+                    raise SpecError(f"{where}: kernel {name} takes scalar `{p.name}` as {p.dtype}; the spec "
+                                    f"says {scalars[p.name].type}")
+                params.append(Param("scalar", p.name, type=str(p.dtype)))
             else:
                 raise SpecError(f"{where}: kernel {name} parameter `{p.name}` ({p.dtype}) is neither a "
                                 "tensor, a TMA descriptor, a symbol nor a scalar of the spec")
-        for p in params:
-            if p["kind"] == "sym" and p["type"] not in ("int32", "int64"):
-                raise SpecError(f"{where}: symbol parameter {p['name']} has type {p['type']}")
-        used = set().union(*(expr.symbols(g) for g in grid + [smem])) if grid else set()
-        if used - syms:
-            raise SpecError(f"{where}: kernel {name} launch dims use {sorted(used - syms)}, unknown to the spec")
-        kernels.append({"name": name, "grid": grid, "block": block, "smem": smem,
-                        "cluster": cluster,
-                        "cooperative": bool(f.attrs.get("use_cooperative_groups", False)),
-                        "pdl": bool(f.attrs.get("has_cuda_pdl_sync", False)), "params": params})
+        used = set().union(*(expr.symbols(g) for g in grid + [smem]))
+        if used - known:
+            raise SpecError(f"{where}: kernel {name} launch dims use {sorted(used - known)}, unknown to the spec")
+        kernels.append(Launch(name, grid, block, smem, cluster,
+                              bool(f.attrs.get("use_cooperative_groups", False)),
+                              bool(f.attrs.get("has_cuda_pdl_sync", False)), params))
     for t in tma_list:
-        if set().union(*(expr.symbols(d) for d in t["dims"] + t["strides"])) - syms:
-            raise SpecError(f"{where}: a TMA descriptor of `{t['tensor']}` uses unknown symbols")
-    return {"dtypes": dtypes, "constraints": constraints, "kernels": kernels, "tma": tma_list}
+        if set().union(*(expr.symbols(d) for d in t.dims + t.strides)) - known:
+            raise SpecError(f"{where}: a TMA descriptor of `{t.tensor}` uses unknown symbols")
+    return Plan(dtypes, constraints, kernels, tma_list)

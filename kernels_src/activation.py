@@ -167,6 +167,7 @@ SPECS = (
         factory=gated_kernel,
         variants=_variants("silu_and_mul"),
         reference="tkreg.reference.activation:silu_and_mul",
+        backward="tkreg.ops.activation:SiluAndMulGrad",
     ),
     OpSpec(
         name="tkreg.swiglu",

@@ -254,7 +254,7 @@ SPECS = (
                  Tensor("weight", ("N",), dtype_of="x"),
                  Tensor("out", ("M", "N"), dtype_of="x", role="output")),
         scalars=(_EPS,), factory=rms_norm_kernel, variants=_variants(any_n=True),
-        reference="tkreg.reference.norm:rms_norm",
+        reference="tkreg.reference.norm:rms_norm", backward="tkreg.ops.norm:RmsNormGrad",
     ),
     OpSpec(
         name="tkreg.fused_add_rms_norm",

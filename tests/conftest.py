@@ -65,3 +65,35 @@ def seed(request):
     s = zlib.crc32(request.node.nodeid.encode())
     torch.manual_seed(s)
     return s
+
+
+@pytest.fixture(scope="session")
+def c_eval():
+    """`c_eval(prog, values, want)`: does the launcher's evaluator give `want` for the program over
+    int64 slots M, N, K?  Run through the real dispatch path: a one-variant op whose rule is
+    `prog == want`, explained on the CPU.  want=None: the program must fail to evaluate (it then
+    rejects both `== 0` and `!= 0`)."""
+    import torch
+
+    from tkreg import assemble
+    from tkreg.codes import REJECTS
+    from tkreg.native import launcher
+    from tkreg.plan import Constraint, Launch, Plan
+    from tkreg.spec import OpSpec, Scalar, Tensor
+    spec = OpSpec("t.eval", (Tensor("x", ("L",), dtypes=("int8",)),),
+                  tuple(Scalar(n, "int64", 0) for n in ("M", "N", "K")))
+    L = launcher()
+    op = L.Op(spec.name, *assemble.op_words(spec), (None,) * 4)
+    x = torch.empty(1, dtype=torch.int8)
+    kernel = Launch("k", ([1], [1], [1]), (1, 1, 1), [0])
+
+    def accepts(prog):
+        plan = Plan({"x": "int8"}, (Constraint("rule", tuple(prog)),), (kernel,))
+        v = L.Variant("v", *assemble.variant_words(spec, {}, plan, "t.eval"), None)
+        return lambda values: op.check((x, *values), {}, (v,))[3][0][1] == REJECTS["accepted"]
+
+    def run(prog, values, want):
+        if want is None:
+            return not accepts(list(prog) + [0, "=="])(values) and not accepts(list(prog) + [0, "!="])(values)
+        return accepts(list(prog) + [int(want), "=="])(values)
+    return run

@@ -1,30 +1,35 @@
 """tkreg: TileLang kernels compiled ahead of time, dispatched by op, dtype and shape.
 
-`import tkreg` reads the pack manifests (not the cubins: those load on a device's first call)
-and registers every op with torch as `torch.ops.<namespace>.<op>`.
+`import tkreg` reads nothing: the packs load on first use (an op call, `tkreg.ops`,
+`tkreg.list_ops()`...), and the torch custom ops `torch.ops.<namespace>.<op>` are registered
+when `tkreg.ops` is first imported (so a model can be compiled before any tkreg call).  Build
+tools import `tkreg.spec` without loading any pack.
 """
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from . import errors, ops  # noqa: E402  (ops only imports the registry, which is lazy)
-from .api import call, explain, list_ops, register_pack  # noqa: E402
+from . import errors  # noqa: E402
 from .errors import LaunchError, NoKernelError, PackError, SpecError, UnsupportedDeviceError  # noqa: E402
 
+_LAZY = {"call": "api", "explain": "api", "list_ops": "api", "register_pack": "api"}
 
 
-def _register_torch_ops():
-    """torch.ops.<ns>.<op> for every op, so torch.compile can trace tkreg calls from the start."""
-    import warnings
-    try:
-        from . import torch_library
-        torch_library.register_all()
-    except Exception as e:  # noqa: BLE001 - eager calls still work; compiled code graph-breaks
-        warnings.warn(f"tkreg: torch custom ops not registered ({type(e).__name__}: {e}); torch.compile "
-                      "will graph-break at tkreg calls", RuntimeWarning, stacklevel=2)
+def __getattr__(name):  # PEP 562: the run time is imported on first use, not by `import tkreg.spec`
+    import importlib
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    if name in ("ops", "runtime", "registry", "api", "torch_library", "reference", "bench", "cli"):
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'tkreg' has no attribute {name!r}")
 
 
-_register_torch_ops()
+def register_torch_ops() -> list[str]:
+    """Register every op of every loaded pack as `torch.ops.<ns>.<op>` now; `import tkreg.ops`
+    does it too.  Returns the op names."""
+    from .runtime import RUNTIME
+    return RUNTIME.register_torch()
 
-__all__ = ["ops", "call", "explain", "list_ops", "register_pack", "errors", "LaunchError",
-           "NoKernelError", "PackError", "SpecError", "UnsupportedDeviceError", "__version__"]
+
+__all__ = ["ops", "call", "explain", "list_ops", "register_pack", "register_torch_ops", "errors",
+           "LaunchError", "NoKernelError", "PackError", "SpecError", "UnsupportedDeviceError", "__version__"]

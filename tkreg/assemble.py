@@ -1,114 +1,163 @@
-"""Manifest entries -> the int64 words and string tables that `_launcher.Op`/`Variant` read.
+"""Specs and plan records -> the int64 words `_launcher.Op` / `_launcher.Variant` parse.
 
-Done once per op at first use, so the per-call path in C never touches JSON or dicts.  The
-word layout is mirrored by the parsers in `_csrc/launcher.c` (Op_new, Variant_new).
+Done once per op (and per variant table) at first use, so the per-call path in C never touches
+JSON or dicts.  Codes come from tkreg/codes.py, which also generates the C side's header; the
+word layouts are parsed by Op_new and Variant_new in `_csrc/launcher.c`, which range-checks
+every value again.  Any record that does not fit its spec is a PackError naming it.
+
+Expression slots (what `$name` in a program reads), in this order: size symbols, stride
+symbols, integer scalars, `has_<t>` presence flags, SM_COUNT, then the variant parameters
+output and scratch shapes use (set once a variant is chosen; the memo ignores them).
 """
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass
 
-from . import expr
-from .errors import PackError
-from .spec import DTYPES, OpSpec
-
-_ROLE = {"input": 0, "output": 1, "inplace": 2, "scratch": 3}
-_TYPE = {"int32": 0, "int64": 1, "float32": 2, "float64": 3, "bool": 4}
-_PARAM = {"ptr": 0, "tma": 1, "sym": 2, "scalar": 3}
+from . import codes, expr
+from .errors import PackError, SpecError
+from .plan import Plan
+from .spec import OpSpec
 
 
-class _Strings:
-    def __init__(self):
-        self.items: list[str] = []
+@dataclass(frozen=True)
+class Slots:
+    names: tuple   # slot -> name
+    npre: int      # slots bound from the call (the rest: variant parameters)
 
-    def __call__(self, s: str) -> int:
-        self.items.append(str(s))
-        return len(self.items) - 1
+    def __getitem__(self, name):
+        return self.names.index(name)
 
-
-def slots(spec: OpSpec) -> dict:
-    """Symbol name -> slot, in a fixed (sorted) order."""
-    return {s: i for i, s in enumerate(sorted(spec.symbols()))}
+    def as_dict(self) -> dict:
+        return {n: i for i, n in enumerate(self.names)}
 
 
-def _prog(words: list, prog: list, slot: dict) -> None:
-    code = expr.assemble(prog, slot)
+def slots(spec: OpSpec) -> Slots:
+    pre = (sorted(spec.symbols()) + sorted(spec.stride_symbols() - spec.symbols())
+           + [s.name for s in spec.scalars if s.integral] + sorted(spec.presence_symbols()) + ["SM_COUNT"])
+    return Slots(tuple(pre) + tuple(sorted(spec.param_symbols())), len(pre))
+
+
+def _prog(words: list, prog, slot: dict) -> None:
+    code = expr.assemble(list(prog), slot)
     words.append(len(code))
     words.extend(code)
 
 
-def _alloc_sources(spec: OpSpec, t) -> tuple[int, int]:
-    """(like, newsrc) for an output: an input it can be `empty_like`d from (same shape and
-    dtype), and one it can be `new_empty`ed from (same dtype); -1 when none."""
+def _alloc_sources(spec: OpSpec, t, roots: dict) -> tuple[int, int]:
+    """(like, newsrc) for an output: a contiguous input it can be `empty_like`d from (same shape
+    and dtype), and one it can be `new_empty`ed from (same dtype); -1 when none."""
     like = newsrc = -1
     if t.role in ("output", "scratch") and t.dtype_of:
         for i, u in enumerate(spec.tensors):
-            if u.role in ("input", "inplace") and not u.optional and u.name == t.dtype_of:
-                newsrc = i
-                if tuple(map(str, u.shape)) == tuple(map(str, t.shape)):
+            if u.is_input and not u.optional and u.strides is None and roots[u.name] == roots[t.name]:
+                newsrc = i if newsrc < 0 else newsrc
+                if like < 0 and tuple(map(str, u.shape)) == tuple(map(str, t.shape)):
                     like = i
     return like, newsrc
 
 
-def op_words(spec: OpSpec) -> tuple[bytes, tuple]:
-    slot = slots(spec)
-    strings = _Strings()
+def op_words(spec: OpSpec) -> tuple[bytes, tuple, tuple]:
+    """(words, argument names in the calling convention, scalar defaults)."""
+    sl = slots(spec)
+    slot = sl.as_dict()
     index = {t.name: i for i, t in enumerate(spec.tensors)}
-    w = [len(spec.tensors), len(spec.scalars), len(slot)]
+    nt = len(spec.tensors)
+    user = spec.user_args()
+    bound_index = {t.name: i for i, t in enumerate(spec.tensors)} | {s.name: nt + i for i, s in enumerate(spec.scalars)}
+    w = [nt, len(spec.scalars), len(sl.names), sl.npre, int(spec.index64), slot["SM_COUNT"], len(user)]
+    w += [bound_index[a.name] for a in user]
+    roots = spec.dtype_roots()
     for t in spec.tensors:
-        if t.dtypes:
-            mode, arg = 0, sum(1 << DTYPES.index(d) for d in t.dtypes)
-        elif t.dtype_of:
-            mode, arg = 1, index[t.dtype_of]
+        root = spec.tensor(roots[t.name])
+        if root.dtypes:
+            mode, arg = (codes.DTYPE_MODES["set"], sum(1 << codes.DTYPES[d][0] for d in root.dtypes)) \
+                if root is t else (codes.DTYPE_MODES["same"], index[root.name])
         else:
-            mode, arg = 2, DTYPES.index(t.dtype)
-        w += [_ROLE[t.role], int(t.optional), len(t.shape), mode, arg, strings(t.name), *_alloc_sources(spec, t)]
-        for d in t.dims():
+            mode, arg = codes.DTYPE_MODES["fixed"], codes.DTYPES[root.dtype][0]
+        w += [codes.ROLES[t.role], int(t.optional), len(t.shape), mode, arg, *_alloc_sources(spec, t, roots),
+              int(t.strides is not None), int(t.zero)]
+        for d in t.dims() + (t.stride_progs() or []):
             _prog(w, d, slot)
-    for s in spec.scalars:
-        w += [_TYPE[s.type], strings(s.name)]
-    return array("q", w).tobytes(), tuple(strings.items)
+    w += [codes.TYPES[s.type][0] for s in spec.scalars]
+    binds = []
+    for i, t in enumerate(spec.tensors):
+        if t.is_input:
+            for kind, progs in (("dim", t.dims()), ("stride", t.stride_progs() or [])):
+                for r, p in enumerate(progs):
+                    name = expr.is_symbol(p)
+                    if name:
+                        binds.append((slot[name], codes.SLOTS[kind], i, r))
+    for i, s in enumerate(spec.scalars):
+        if s.integral:
+            binds.append((slot[s.name], codes.SLOTS["scalar"], i, 0))
+    for i, t in enumerate(spec.tensors):
+        if t.optional:
+            binds.append((slot[f"has_{t.name}"], codes.SLOTS["present"], i, 0))
+    w.append(len(binds))
+    for b in binds:
+        w += b
+    names = tuple(a.name for a in user)
+    return array("q", w).tobytes(), names, tuple(s.default for s in spec.scalars)
 
 
-def variant_words(spec: OpSpec, variant: dict) -> tuple[bytes, tuple]:
-    slot = slots(spec)
-    strings = _Strings()
+def variant_words(spec: OpSpec, params: dict, plan: Plan, where: str) -> tuple[bytes, tuple]:
+    """(words, kernel names) for one compiled variant; PackError when the plan does not fit."""
+    try:
+        return _variant_words(spec, params, plan)
+    except (KeyError, ValueError, TypeError, IndexError, SpecError) as e:
+        raise PackError(f"{where}: the plan does not fit the op ({type(e).__name__}: {e})") from None
+
+
+def _variant_words(spec: OpSpec, params: dict, plan: Plan):
+    sl = slots(spec)
+    slot = sl.as_dict()
     tindex = {t.name: i for i, t in enumerate(spec.tensors)}
     sindex = {s.name: i for i, s in enumerate(spec.scalars)}
-    plan = variant["plan"]
-    try:
-        w = [len(spec.tensors)] + [DTYPES.index(plan["dtypes"][t.name]) for t in spec.tensors]
-        w.append(len(plan["constraints"]))
-        for c in plan["constraints"]:
-            w.append(strings(c["text"]))
-            _prog(w, c["prog"], slot)
-        w.append(len(plan["tma"]))
-        for t in plan["tma"]:
-            w += [tindex[t["tensor"]], t["dtype"], t["rank"]]
-            for d in t["dims"]:
-                _prog(w, d, slot)
-            for s in t["strides"]:
-                _prog(w, s, slot)
-            w += list(t["box"]) + list(t["elem_strides"])
-            w += [t["interleave"], t["swizzle"], t["l2"], t["oob"]]
-        w.append(len(plan["kernels"]))
-        for k in plan["kernels"]:
-            w.append(strings(k["name"]))
-            for g in k["grid"]:
-                _prog(w, g, slot)
-            w += list(k["block"])
-            _prog(w, k["smem"], slot)
-            w += list(k["cluster"]) + [int(k["cooperative"]), int(k["pdl"]), len(k["params"])]
-            for p in k["params"]:
-                kind = p["kind"]
-                if kind == "ptr":
-                    idx, typ = tindex[p["tensor"]], 0
-                elif kind == "tma":
-                    idx, typ = p["index"], 0
-                elif kind == "sym":
-                    idx, typ = slot[p["name"]], _TYPE[p["type"]]
-                else:
-                    idx, typ = sindex[p["name"]], _TYPE[p["type"]]
-                w += [_PARAM[kind], idx, typ]
-    except (KeyError, ValueError, TypeError) as e:
-        raise PackError(f"{spec.name}[{variant.get('key')}]: malformed plan ({type(e).__name__}: {e})") from None
-    return array("q", w).tobytes(), tuple(strings.items)
+    uses = plan.uses
+    unknown = set(uses) - set(tindex)
+    if unknown:
+        raise KeyError(f"the kernels take tensors {sorted(unknown)} the op does not have")
+    missing = {t.name for t in spec.tensors if t.role == "output"} - set(uses)
+    if missing:
+        raise ValueError(f"no kernel writes output(s) {sorted(missing)}")
+    w = [len(spec.tensors), len(spec.scalars), len(sl.names)]
+    w += [codes.DTYPES[uses[t.name]][0] if t.name in uses else -1 for t in spec.tensors]
+    w.append(sum(1 << tindex[n] for n in uses))
+    sets = [(slot[n], params[n]) for n in sl.names[sl.npre:]]
+    w.append(len(sets))
+    for s in sets:
+        w += s
+    w.append(len(plan.constraints))
+    for c in plan.constraints:
+        _prog(w, c.prog, slot)
+    w.append(len(plan.tma))
+    for t in plan.tma:
+        if t.tensor not in uses:
+            raise KeyError(f"a TMA descriptor reads `{t.tensor}`, which no kernel takes")
+        w += [tindex[t.tensor], t.dtype, t.rank]
+        for p in t.dims + t.strides:
+            _prog(w, p, slot)
+        w += list(t.box) + list(t.elem_strides) + [t.interleave, t.swizzle, t.l2, t.oob]
+    w.append(len(plan.kernels))
+    for k in plan.kernels:
+        for g in k.grid:
+            _prog(w, g, slot)
+        w += list(k.block)
+        _prog(w, k.smem, slot)
+        w += list(k.cluster) + [int(k.cooperative), int(k.pdl), len(k.params)]
+        for p in k.params:
+            if p.kind == "ptr":
+                if p.name not in uses:
+                    raise KeyError(f"kernel {k.name} takes `{p.name}`, which the plan's tensors leave out")
+                idx, typ = tindex[p.name], 0
+            elif p.kind == "tma":
+                idx, typ = p.index, 0
+            elif p.kind == "sym":
+                idx, typ = slot[p.name], codes.TYPES[p.type][0]
+            else:
+                idx, typ = sindex[p.name], codes.TYPES[p.type][0]
+                if p.type != spec.scalars[idx].type:  # the launcher writes the spec type's bytes
+                    raise TypeError(f"kernel {k.name} takes `{p.name}` as {p.type}, the spec says {spec.scalars[idx].type}")
+            w += [codes.PARAMS[p.kind], idx, typ]
+    return array("q", w).tobytes(), tuple(k.name for k in plan.kernels)

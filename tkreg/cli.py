@@ -49,20 +49,21 @@ def markdown_table(ops: list) -> str:
 
 def _doctor(args) -> int:
     from . import __version__, env
-    from .registry import ARCH_OF_CAPABILITY, REGISTRY
+    from .registry import ARCH_OF_CAPABILITY
+    from .runtime import RUNTIME
     print(f"tkreg {__version__} on Python {platform.python_version()} ({platform.machine()})")
     try:
         import torch
         print(f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'})")
     except ImportError:
         print("torch: not importable")
-    REGISTRY._ensure()
-    have_archs = sorted({a for e in REGISTRY.entries.values() for a in e.variants})
+    reg = RUNTIME.registry.ensure()
+    have_archs = sorted({a for e in reg.entries.values() for a in e.sources})
     try:
-        from ._runtime import SHIM_STATE, launcher
+        from .native import SHIM_STATE, driver_info, launcher
         launcher()
         print("tensor reads: " + ("fast path (" if SHIM_STATE["active"] else "attribute path (") + SHIM_STATE["why"] + ")")
-        ver, caps = launcher().driver_info()
+        ver, caps = driver_info()
         print(f"CUDA driver {ver // 1000}.{ver % 1000 // 10}; {len(caps)} GPU(s)")
         for i, cap in enumerate(caps):
             arch = ARCH_OF_CAPABILITY.get(tuple(cap))
@@ -70,19 +71,19 @@ def _doctor(args) -> int:
             how = (f"served by pack {arch}" if served else
                    "no pack: ops raise UnsupportedDeviceError" + (" (TKREG_FALLBACK=reference: torch reference runs)"
                                                                  if env.fallback_reference() else ""))
-            lacking = [s.label for s in REGISTRY.sources if s.archs and arch not in s.archs]
+            lacking = [s.label for s in reg.sources if s.archs and arch not in s.archs]
             if served and lacking:
                 how += f"; not by {', '.join(lacking)} (their ops raise UnsupportedDeviceError here)"
             print(f"  cuda:{i}: compute capability {cap[0]}.{cap[1]} -> {how}")
     except Exception as e:  # noqa: BLE001 - doctor reports, never fails on a missing driver
         print(f"CUDA driver: unavailable ({e})")
     print("packs:")
-    for s in REGISTRY.sources:
+    for s in reg.sources:
         print(f"  {s.label}: {s.state}" + (f"; archs {', '.join(s.archs)}; {len(s.ops)} op(s)" if s.archs else "")
               + (f" [{s.path}]" if s.path else ""))
         for note in s.notes:
             print(f"    ! {note}")
-    _doctor_plugins(REGISTRY)
+    _doctor_plugins(reg)
     switches = env.in_force()
     print("environment: " + (", ".join(f"{k}={v}" for k, v in switches.items()) or "no TKREG_* switch set"))
     for k, v in env.SWITCHES.items():
@@ -109,23 +110,25 @@ def _doctor_plugins(registry) -> None:
 
 def _verify(args) -> int:
     from . import manifest
-    from .registry import REGISTRY
-    REGISTRY._ensure()
+    from .runtime import RUNTIME
+    reg = RUNTIME.registry.ensure()
     bad = 0
-    for s in REGISTRY.sources:
+    for s in reg.sources:
+        if s.state.startswith("skipped"):
+            print(f"{'SKIPPED' if args.allow_skipped else 'FAIL'} {s.label}: {s.state}")
+            bad += not args.allow_skipped
+            continue
         if s.path is None or not s.archs:
-            if s.state.startswith("skipped"):
-                print(f"SKIPPED {s.name}: {s.state}")
             continue
         problems = manifest.verify(s.path)
         for p in problems:
-            print(f"FAIL {s.name}: {p}")
-        n = sum(1 for e in REGISTRY.entries.values() for vs in e.variants.values()
-                for v in vs if v[2] == s.name)
+            print(f"FAIL {s.label}: {p}")
         if not problems:
-            print(f"ok   {s.name}: {n} cubin(s) in {', '.join(s.archs)}: sha256 and ELF arch match")
+            n = sum(len(op["variants"]) for d in manifest.arch_dirs(s.path)
+                    for op in manifest.load(d / manifest.FILENAME).raw_ops.values())
+            print(f"ok   {s.label}: {n} cubin(s) in {', '.join(s.archs)}: sha256 and ELF arch match")
         bad += len(problems)
-    if not any(s.archs for s in REGISTRY.sources):
+    if not any(s.archs for s in reg.sources):
         print("FAIL: no kernel pack found")
         return 1
     return 1 if bad else 0
@@ -144,7 +147,10 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", action="store_true", help="the README's ops table")
     p.set_defaults(fn=_list)
     sub.add_parser("doctor", help="driver, GPUs, packs, plugins and switches (works without a GPU)").set_defaults(fn=_doctor)
-    sub.add_parser("verify", help="check sha256 and ELF arch of every cubin; exit 1 on a mismatch").set_defaults(fn=_verify)
+    v = sub.add_parser("verify", help="check every pack (manifest, sha256 and ELF arch of each cubin); exit 1 "
+                       "on a problem or a skipped pack")
+    v.add_argument("--allow-skipped", action="store_true", help="report skipped packs without failing")
+    v.set_defaults(fn=_verify)
     b = sub.add_parser("bench", help="time each op beside its peers on this GPU")
     b.add_argument("--ops", nargs="*", default=None, help="op families (default all: see tkreg.bench.FAMILIES)")
     b.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")

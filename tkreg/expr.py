@@ -10,16 +10,9 @@ from __future__ import annotations
 import ast
 import functools
 
+from .codes import OP_CONST, OP_SYM
+from .codes import OPCODES as OPS
 from .errors import SpecError
-
-# operator -> (opcode, arity).  Opcodes are shared with launcher.c: append only.
-OPS = {
-    "+": (2, 2), "-": (3, 2), "*": (4, 2), "//": (5, 2), "%": (6, 2), "min": (7, 2),
-    "max": (8, 2), "==": (9, 2), "!=": (10, 2), "<": (11, 2), "<=": (12, 2), ">": (13, 2),
-    ">=": (14, 2), "and": (15, 2), "or": (16, 2), "not": (17, 1), "neg": (18, 1),
-    "tdiv": (19, 2), "tmod": (20, 2), "select": (21, 3),
-}
-OP_CONST, OP_SYM = 0, 1
 
 _BIN = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
 _CMP = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}

@@ -2,25 +2,48 @@
 
 `kernels_src/` (and plugins) build `OpSpec`s with a `factory`; `build_tools` compiles each
 `Variant` and writes the spec into the pack manifest (`OpSpec.to_json`); the run time reads it
-back (`OpSpec.from_json`, no factory) to validate arguments and allocate outputs.  Nothing here
-imports torch or tilelang, so `import tkreg` stays fast and build-time code can use it too.
+back (`OpSpec.from_json`, no factory) to bind, validate and allocate.  Nothing here imports
+torch or tilelang, so build-time code can use it and `import tkreg.spec` stays cheap.
+
+Names an expression (a shape, a stride, a rule) may use:
+- size symbols bound by a bare-symbol dim of an input (`("M", "K")` binds M and K);
+- stride symbols bound by a bare-symbol stride of an input (`strides=("sq", 1)`, in elements);
+- integer and bool scalars (`max_seqlen`), by name;
+- `has_<t>` for each optional tensor `t` (1 when given);
+- `SM_COUNT`, the device's multiprocessor count;
+- in output and scratch shapes only: integer variant parameters every variant defines
+  (`("splits", "M", "N")` for a split-K workspace).
 """
 from __future__ import annotations
 
+import importlib
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from . import expr as _expr
+from .codes import DEVICE_SYMBOLS, DTYPES as _DTYPE_CODES
+from .codes import ROLES as _ROLE_CODES
+from .codes import TYPES as _TYPE_CODES
 from .errors import SpecError
 
-# The dtypes a pack can name; codes are shared with the C launcher (order matters, append only).
-DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int32", "int64",
-          "int8", "uint8", "bool", "float64", "float8_e8m0fnu")
-SCALAR_TYPES = ("float32", "float64", "int32", "int64", "bool")
-ROLES = ("input", "output", "inplace", "scratch")
+DTYPES = tuple(_DTYPE_CODES)
+SCALAR_TYPES = tuple(_TYPE_CODES)
+ROLES = tuple(_ROLE_CODES)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _QUALIFIED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
+_REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+def import_ref(ref: str):
+    """`"module:attr"` (a spec's reference or backward) -> the object."""
+    mod, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(mod), attr)
+
+
+def _is_symbol(d) -> bool:
+    return isinstance(d, str) and bool(_NAME.fullmatch(d))
 
 
 @dataclass(frozen=True)
@@ -29,8 +52,11 @@ class Tensor:
 
     `dtypes` lists what the op accepts; `dtype_of` ties the dtype to another tensor's instead;
     `dtype` fixes it (e.g. fp32 scales).  Roles: input, output (allocated when not given),
-    inplace (an input the kernel writes), scratch (allocated per call, never returned).
-    `optional` inputs may be None; the kernel then receives a null pointer.
+    inplace (an input the kernel writes), scratch (allocated per call, never returned; `zero`
+    fills it with zeros on the stream first).  `optional` inputs may be None: the kernel gets
+    a null pointer, and rules can test `has_<name>`.  `strides` (elements, one per dim) lets a
+    kernel read a strided view without a copy: a bare symbol binds it (`("sq", 1)`), anything
+    else is checked; None means row-major contiguous.
     """
     name: str
     shape: tuple
@@ -39,23 +65,43 @@ class Tensor:
     dtype: str | None = None
     role: str = "input"
     optional: bool = False
+    strides: tuple | None = None
+    zero: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(self.shape))
         object.__setattr__(self, "dtypes", tuple(self.dtypes))
-        if not _NAME.fullmatch(self.name):
+        if self.strides is not None:
+            object.__setattr__(self, "strides", tuple(self.strides))
+        where = f"tensor `{self.name}`"
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise SpecError(f"tensor name {self.name!r} is not an identifier")
         if sum(x is not None and x != () for x in (self.dtypes or None, self.dtype_of, self.dtype)) != 1:
-            raise SpecError(f"tensor `{self.name}`: give exactly one of dtypes=, dtype_of=, dtype=")
+            raise SpecError(f"{where}: give exactly one of dtypes=, dtype_of=, dtype=")
         for d in self.dtypes + ((self.dtype,) if self.dtype else ()):
             if d not in DTYPES:
-                raise SpecError(f"tensor `{self.name}`: unknown dtype {d!r}; known: {', '.join(DTYPES)}")
+                raise SpecError(f"{where}: unknown dtype {d!r}; known: {', '.join(DTYPES)}")
         if self.role not in ROLES:
-            raise SpecError(f"tensor `{self.name}`: role {self.role!r} not in {ROLES}")
+            raise SpecError(f"{where}: role {self.role!r} not in {ROLES}")
+        if self.strides is not None and len(self.strides) != len(self.shape):
+            raise SpecError(f"{where}: {len(self.strides)} strides for {len(self.shape)} dims")
+        if self.strides is not None and self.role != "input":
+            raise SpecError(f"{where}: only inputs may declare strides (outputs are allocated contiguous)")
+        if self.zero and self.role != "scratch":
+            raise SpecError(f"{where}: zero=True is for scratch tensors")
+        if self.optional and self.role not in ("input", "inplace"):
+            raise SpecError(f"{where}: only inputs can be optional")
+
+    @property
+    def is_input(self) -> bool:
+        return self.role in ("input", "inplace")
 
     def dims(self) -> list[list]:
         """Each dim as a postfix program (see tkreg.expr)."""
         return [_expr.parse(str(d)) for d in self.shape]
+
+    def stride_progs(self) -> list[list] | None:
+        return None if self.strides is None else [_expr.parse(str(d)) for d in self.strides]
 
     def to_json(self) -> dict:
         d = {"name": self.name, "shape": [str(s) for s in self.shape], "role": self.role}
@@ -65,23 +111,37 @@ class Tensor:
                 d[k] = list(v) if k == "dtypes" else v
         if self.optional:
             d["optional"] = True
+        if self.strides is not None:
+            d["strides"] = [str(s) for s in self.strides]
+        if self.zero:
+            d["zero"] = True
         return d
 
     @classmethod
     def from_json(cls, d: Mapping) -> "Tensor":
+        strides = d.get("strides")
         return cls(d["name"], tuple(d["shape"]), tuple(d.get("dtypes", ())), d.get("dtype_of"),
-                   d.get("dtype"), d.get("role", "input"), d.get("optional", False))
+                   d.get("dtype"), d.get("role", "input"), d.get("optional", False),
+                   None if strides is None else tuple(strides), d.get("zero", False))
 
 
 @dataclass(frozen=True)
 class Scalar:
+    """A scalar argument; `default=None` makes it required."""
     name: str
     type: str = "float32"
     default: Any = None
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise SpecError(f"scalar name {self.name!r} is not an identifier")
         if self.type not in SCALAR_TYPES:
             raise SpecError(f"scalar `{self.name}`: type {self.type!r} not in {SCALAR_TYPES}")
+
+    @property
+    def integral(self) -> bool:
+        """Usable in expressions (grids, rules, shapes)."""
+        return self.type in ("int32", "int64", "bool")
 
     def to_json(self) -> dict:
         return {"name": self.name, "type": self.type, "default": self.default}
@@ -91,100 +151,176 @@ class Scalar:
         return cls(d["name"], d["type"], d.get("default"))
 
 
-_KEY_ITEM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=([A-Za-z0-9_.\-]+)")
+# ---- variant keys: `name=value` items, sorted, comma-joined; every value type round-trips ----
+_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+_INT = re.compile(r"-?[0-9]+")
+_FLOAT = re.compile(r"-?(?:[0-9]+\.[0-9]*(?:e[+-]?[0-9]+)?|[0-9]+e[+-]?[0-9]+)")
+_ITEM = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|[^,"]*)(?:,|$)')
 
 
 def _fmt(v) -> str:
-    if isinstance(v, bool) or v is None:
-        raise SpecError(f"variant parameter value {v!r}: use ints or strings")
-    s = str(v)
-    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", s):
-        raise SpecError(f"variant parameter value {v!r} has characters a key cannot hold")
-    return s
+    """int `12`, float `0.5`, bool `true`, str bare (`bfloat16`) or JSON-quoted (`"12"`)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            raise SpecError(f"variant parameter value {v!r}: floats must be finite")
+        return repr(v)
+    if isinstance(v, str):
+        bare = _BARE.fullmatch(v) and v not in ("true", "false") and not _FLOAT.fullmatch(v)
+        return v if bare else json.dumps(v)
+    raise SpecError(f"variant parameter value {v!r}: use ints, floats, bools or strings")
 
 
 def _unfmt(s: str):
-    return int(s) if re.fullmatch(r"-?[0-9]+", s) else s
+    if s.startswith('"'):
+        return json.loads(s)
+    if s in ("true", "false"):
+        return s == "true"
+    if _INT.fullmatch(s):
+        return int(s)
+    if _FLOAT.fullmatch(s):
+        return float(s)
+    if _BARE.fullmatch(s):
+        return s
+    raise SpecError(f"bad variant key value {s!r}")
 
 
 @dataclass(frozen=True)
 class Variant:
     """One compiled instance: the factory's compile-time parameters, when it applies, its rank.
 
-    `rule` is a boolean expression over the op's symbols ("M <= 64 and K % 128 == 0"); static
-    dims the factory bakes in become rules automatically.  Higher `priority` is tried first.
+    `rule` is a boolean expression ("M <= 64 and K % 128 == 0", "has_bias"); static dims the
+    factory bakes in become rules automatically.  Higher `priority` is tried first.  `archs`
+    limits it to some archs; `pass_configs` (tilelang PassContext options) and `nvcc_flags`
+    (appended to tkreg's own) tune its compile.  The factory is called with the params, plus
+    `arch=` when it has an `arch` parameter.
     """
     params: tuple
     rule: str | None = None
     priority: int = 0
-    archs: tuple | None = None  # None: every arch the op is built for
+    archs: tuple | None = None
+    pass_configs: tuple = ()
+    nvcc_flags: tuple = ()
 
     def __init__(self, params: Mapping | tuple, rule: str | None = None, priority: int = 0,
-                 archs=None):
+                 archs=None, pass_configs: Mapping | tuple = (), nvcc_flags=()):
         items = tuple(sorted(dict(params).items()))
+        for k, v in items:
+            if not isinstance(k, str) or not _NAME.fullmatch(k):
+                raise SpecError(f"variant parameter name {k!r} is not an identifier")
+            _fmt(v)
         object.__setattr__(self, "params", items)
         object.__setattr__(self, "rule", rule)
         object.__setattr__(self, "priority", int(priority))
         object.__setattr__(self, "archs", tuple(archs) if archs else None)
+        object.__setattr__(self, "pass_configs", tuple(sorted(dict(pass_configs).items())))
+        object.__setattr__(self, "nvcc_flags", tuple(nvcc_flags))
         if rule:
             _expr.parse(rule)  # fail early on a bad rule
 
     @property
     def key(self) -> str:
-        """`N=4096,dtype=bfloat16`: sorted, and `Variant.parse_key(key)` gives params back."""
+        """`N=4096,dtype=bfloat16`: sorted; `Variant.parse_key(key)` gives the params back."""
         return ",".join(f"{k}={_fmt(v)}" for k, v in self.params)
 
     @staticmethod
     def parse_key(key: str) -> dict:
-        out = {}
-        for item in key.split(",") if key else ():
-            m = _KEY_ITEM.fullmatch(item)
-            if not m:
-                raise SpecError(f"bad variant key item {item!r} in {key!r}")
+        out, pos = {}, 0
+        while pos < len(key):
+            m = _ITEM.match(key, pos)
+            if not m or m.end() == pos:
+                raise SpecError(f"bad variant key {key!r} at {key[pos:]!r}")
             out[m.group(1)] = _unfmt(m.group(2))
+            pos = m.end()
+        if key.endswith(","):
+            raise SpecError(f"bad variant key {key!r}: trailing comma")
         return out
 
     def kwargs(self) -> dict:
         return dict(self.params)
 
+    def to_json(self) -> dict:
+        d = {"params": dict(self.params), "rule": self.rule, "priority": self.priority}
+        if self.archs:
+            d["archs"] = list(self.archs)
+        if self.pass_configs:
+            d["pass_configs"] = dict(self.pass_configs)
+        if self.nvcc_flags:
+            d["nvcc_flags"] = list(self.nvcc_flags)
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "Variant":
+        return cls(d["params"], d.get("rule"), d.get("priority", 0), d.get("archs"),
+                   d.get("pass_configs", {}), d.get("nvcc_flags", ()))
+
 
 @dataclass(frozen=True)
 class OpSpec:
-    """Everything about one op. `name` is qualified: `tkreg.<op>` or `<plugin namespace>.<op>`."""
+    """Everything about one op. `name` is qualified: `tkreg.<op>` or `<plugin namespace>.<op>`.
+
+    `reference` and `backward` are `"module:attr"` names, imported only when used: the torch
+    oracle (tests and TKREG_FALLBACK=reference), and a class with `setup_context(ctx, inputs,
+    output)` and `backward(ctx, *grads)` static methods that makes the torch op differentiable.
+    `index64=True` lets element counts and sizes exceed int32 (the kernels index with int64).
+    """
     name: str
     tensors: tuple
     scalars: tuple = ()
     variants: tuple = ()
     factory: Callable | None = field(default=None, compare=False)
-    reference: str | None = None        # "module:function" — the torch oracle and fallback
+    reference: str | None = None
     archs: tuple = ("sm_90a", "sm_100a")
     extends: bool = False               # a plugin adding variants to an op it does not own
     doc: str = ""
+    backward: str | None = None
+    index64: bool = False
 
     def __post_init__(self):
-        object.__setattr__(self, "tensors", tuple(self.tensors))
-        object.__setattr__(self, "scalars", tuple(self.scalars))
-        object.__setattr__(self, "variants", tuple(self.variants))
-        object.__setattr__(self, "archs", tuple(self.archs))
-        if not _QUALIFIED.fullmatch(self.name):
+        for k in ("tensors", "scalars", "variants", "archs"):
+            object.__setattr__(self, k, tuple(getattr(self, k)))
+        if not isinstance(self.name, str) or not _QUALIFIED.fullmatch(self.name):
             raise SpecError(f"op name {self.name!r} must be `namespace.op`")
+        for k in ("reference", "backward"):
+            v = getattr(self, k)
+            if v is not None and not _REF.fullmatch(v):
+                raise SpecError(f"{self.name}: {k}={v!r} must be `module:attr`")
         names = [t.name for t in self.tensors] + [s.name for s in self.scalars]
         if len(set(names)) != len(names):
             raise SpecError(f"{self.name}: argument names repeat: {names}")
-        tnames = {t.name for t in self.tensors}
-        for t in self.tensors:
-            if t.dtype_of and t.dtype_of not in tnames:
-                raise SpecError(f"{self.name}: `{t.name}` dtype_of={t.dtype_of!r} names no tensor")
+        reserved = set(names) & ({f"has_{t.name}" for t in self.tensors} | set(DEVICE_SYMBOLS))
+        if reserved:
+            raise SpecError(f"{self.name}: argument names {sorted(reserved)} are reserved")
+        self.dtype_roots()  # dtype_of names a tensor, with no cycle
         keys = [v.key for v in self.variants]
         if len(set(keys)) != len(keys):
             raise SpecError(f"{self.name}: two variants share a key")
-        bound = self.symbols()
+        bound = self.symbols() | self.stride_symbols() | self.scalar_symbols() | set(DEVICE_SYMBOLS)
         for t in self.tensors:
-            for d in t.dims():
-                missing = _expr.symbols(d) - bound
+            if t.is_input:
+                for p in t.dims() + (t.stride_progs() or []):
+                    missing = _expr.symbols(p) - bound
+                    if missing:
+                        raise SpecError(f"{self.name}: `{t.name}` shape or strides use {sorted(missing)}, "
+                                        "which no input dimension or integer scalar binds")
+        rule_names = bound | self.presence_symbols()
+        for v in self.variants:
+            if v.rule:
+                missing = _expr.symbols(_expr.parse(v.rule)) - rule_names
                 if missing:
-                    raise SpecError(f"{self.name}: `{t.name}` shape uses {sorted(missing)}, which no "
-                                    "input dimension binds")
+                    raise SpecError(f"{self.name}[{v.key}]: rule {v.rule!r} names {sorted(missing)}, which "
+                                    f"the op does not have (it has {', '.join(sorted(rule_names))})")
+        for p in sorted(self.param_symbols()):
+            for v in self.variants or (None,):
+                val = dict(v.params).get(p) if v else None
+                if not isinstance(val, int) or isinstance(val, bool):
+                    users = [t.name for t in self.tensors if any(p in _expr.symbols(d) for d in t.dims())]
+                    raise SpecError(f"{self.name}: `{users[0]}` shape uses `{p}`, which no input dimension "
+                                    "or integer scalar binds and " + (f"variant {v.key!r} does not set to an int"
+                                                                      if v else "no variant sets"))
 
     @property
     def namespace(self) -> str:
@@ -194,27 +330,72 @@ class OpSpec:
     def short(self) -> str:
         return self.name.split(".", 1)[1]
 
+    def tensor(self, name: str) -> Tensor:
+        return next(t for t in self.tensors if t.name == name)
+
     def symbols(self) -> set:
-        """Symbols bound by a bare-symbol dim of an input (outputs may only use them)."""
-        out = set()
+        """Size symbols: bound by a bare-symbol dim of an input."""
+        return {d for t in self.tensors if t.is_input for d in t.shape if _is_symbol(d)}
+
+    def stride_symbols(self) -> set:
+        return {d for t in self.tensors if t.is_input and t.strides for d in t.strides if _is_symbol(d)}
+
+    def scalar_symbols(self) -> set:
+        return {s.name for s in self.scalars if s.integral}
+
+    def presence_symbols(self) -> set:
+        return {f"has_{t.name}" for t in self.tensors if t.optional}
+
+    def param_symbols(self) -> set:
+        """Variant parameters that output or scratch shapes use."""
+        bound = self.symbols() | self.scalar_symbols() | set(DEVICE_SYMBOLS)
+        return {s for t in self.tensors if not t.is_input for d in t.dims() for s in _expr.symbols(d)} - bound
+
+    def dtype_roots(self) -> dict:
+        """tensor -> the tensor with `dtypes=` (or fixed `dtype=`) its `dtype_of` chain ends at."""
+        by = {t.name: t for t in self.tensors}
+        roots = {}
         for t in self.tensors:
-            if t.role in ("input", "inplace"):
-                for d in t.shape:
-                    if isinstance(d, str) and _NAME.fullmatch(d):
-                        out.add(d)
-        return out
+            seen, cur = [t.name], t
+            while cur.dtype_of:
+                if cur.dtype_of not in by:
+                    raise SpecError(f"{self.name}: `{cur.name}` dtype_of={cur.dtype_of!r} names no tensor")
+                cur = by[cur.dtype_of]
+                if cur.name in seen:
+                    raise SpecError(f"{self.name}: dtype_of forms a cycle: {' -> '.join(seen + [cur.name])}")
+                seen.append(cur.name)
+            roots[t.name] = cur.name
+        return roots
+
+    def user_args(self) -> list:
+        """The calling convention: input tensors, then scalars, then outputs (all by position or
+        name; scratch is never passed).  torch schemas list the first two the same way."""
+        return ([t for t in self.tensors if t.is_input] + list(self.scalars)
+                + [t for t in self.tensors if t.role == "output"])
+
+    def arguments(self, bound: tuple) -> dict:
+        """A bound call (every tensor in spec order, then every scalar) as name -> value."""
+        return dict(zip([t.name for t in self.tensors] + [s.name for s in self.scalars], bound))
 
     def variants_for(self, arch: str):
         return [v for v in self.variants if v.archs is None or arch in v.archs]
 
     def to_json(self) -> dict:
-        return {"name": self.name, "tensors": [t.to_json() for t in self.tensors],
-                "scalars": [s.to_json() for s in self.scalars], "reference": self.reference,
-                "extends": self.extends, "doc": self.doc}
+        d = {"name": self.name, "tensors": [t.to_json() for t in self.tensors],
+             "scalars": [s.to_json() for s in self.scalars],
+             "variants": [v.to_json() for v in self.variants], "archs": list(self.archs),
+             "reference": self.reference, "extends": self.extends, "doc": self.doc}
+        if self.backward:
+            d["backward"] = self.backward
+        if self.index64:
+            d["index64"] = True
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping) -> "OpSpec":
         return cls(name=d["name"], tensors=tuple(Tensor.from_json(t) for t in d["tensors"]),
                    scalars=tuple(Scalar.from_json(s) for s in d.get("scalars", ())),
-                   reference=d.get("reference"), extends=d.get("extends", False),
-                   doc=d.get("doc", ""))
+                   variants=tuple(Variant.from_json(v) for v in d.get("variants", ())),
+                   archs=tuple(d.get("archs", ("sm_90a", "sm_100a"))), reference=d.get("reference"),
+                   extends=d.get("extends", False), doc=d.get("doc", ""), backward=d.get("backward"),
+                   index64=d.get("index64", False))

@@ -13,6 +13,7 @@ import pytest
 from build_tools.build import BuildError, build
 from tkreg import manifest
 from tkreg.elf import check_cubin, cubin_sm
+from tkreg.plan import Constraint
 
 from .conftest import write_module
 
@@ -40,19 +41,23 @@ def test_pack_manifest_and_cubins(src, tmp_path):
     rep = _build(src, tmp_path / "out", tmp_path / "cache", archs=("sm_90a", "sm_100a"))
     assert len(rep.compiled) == 2
     for arch in ("sm_90a", "sm_100a"):
-        m = manifest.load(tmp_path / "out" / arch / "manifest.json")
-        assert m["schema"] == manifest.SCHEMA and m["arch"] == arch
-        assert m["toolchain"]["tilelang"] == "0.1.15" and m["toolchain"]["nvcc"].startswith("13.0")
-        (v,) = m["ops"]["t.scale"]["variants"]
-        data = (tmp_path / "out" / arch / v["cubin"]).read_bytes()
-        assert hashlib.sha256(data).hexdigest() == v["sha256"]
+        f = tmp_path / "out" / arch / "manifest.json"
+        assert json.loads(f.read_text())["schema"] == manifest.SCHEMA == 2
+        m = manifest.load(f)
+        assert m.arch == arch and m.namespace == "t"
+        assert m.toolchain["tilelang"] == "0.1.15" and m.toolchain["nvcc"].startswith("13.0")
+        rec = m.op("t.scale")
+        assert [v.key for v in rec.spec.variants] == ["N=256,dtype=bfloat16"]   # the spec, variants included
+        (v,) = rec.variants
+        assert v.cubin == manifest.cubin_name("t.scale", v.key)
+        data = (tmp_path / "out" / arch / v.cubin).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == v.sha256
         check_cubin(data, arch)
-        plan = v["plan"]
-        assert plan["constraints"] == [{"text": "N == 256", "prog": ["$N", 256, "=="]}]
-        (k,) = plan["kernels"]
-        assert k["grid"][0] == ["$M", 3, "+", 4, "//"] and k["block"] == [128, 1, 1]
-        assert [p["kind"] for p in k["params"]].count("scalar") == 1
-        assert len(v["source_hash"]) == 16
+        assert v.plan.constraints == (Constraint("N == 256", ("$N", 256, "==")),)
+        (k,) = v.plan.kernels
+        assert k.grid[0] == ("$M", 3, "+", 4, "//") and k.block == (128, 1, 1)
+        assert [p.kind for p in k.params].count("scalar") == 1
+        assert len(v.source_hash) == 16
     assert manifest.verify(tmp_path / "out") == []
 
 

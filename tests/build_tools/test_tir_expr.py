@@ -1,17 +1,13 @@
 """TIR launch expressions -> postfix programs, checked against TVM's own arithmetic."""
 from __future__ import annotations
 
-from array import array
-
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilelang  # noqa: F401
 from tvm import tirx
 
 from build_tools.tir_expr import to_program
-from tkreg import expr
-from tkreg._runtime import launcher
 
 M, N, K = (tirx.Var(n, "int32") for n in "MNK")
 SYMS = (M, N, K)
@@ -56,14 +52,9 @@ def tvm_value(e, values):
     return int(r.value)
 
 
-def c_value(e, values):
-    code = expr.assemble(to_program(e), {"M": 0, "N": 1, "K": 2})
-    return launcher().eval_program(array("q", code).tobytes(), tuple(values))
-
-
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(trees, st.tuples(*[st.integers(0, 100000)] * 3))
-def test_translation_matches_tvm(e, values):
+def test_translation_matches_tvm(c_eval, e, values):
     try:
         py = exact(e, dict(zip("MNK", values)))
     except ZeroDivisionError:
@@ -71,11 +62,11 @@ def test_translation_matches_tvm(e, values):
     if py is None:  # TVM folds in int32 and wraps; launch sizes never get there
         return
     assert tvm_value(e, values) == py, str(e)
-    assert c_value(e, values) == py, str(e)
+    assert c_eval(to_program(e), values, py), str(e)
 
 
-def test_launch_grid_of_a_real_kernel():
+def test_launch_grid_of_a_real_kernel(c_eval):
     e = tirx.FloorDiv(N + 255, 256)
     for n in (1, 255, 256, 257, 8192):
-        assert c_value(e, (0, n, 0)) == -(-n // 256)
+        assert c_eval(to_program(e), (0, n, 0), -(-n // 256))
     assert to_program(tirx.Cast("int64", K) * tirx.IntImm("int64", 2)) == ["$K", 2, "*"]

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import tkreg
-from tkreg import api, cli, manifest, reference, registry
+from tkreg import cli, manifest, reference, runtime
 from tkreg.errors import NoKernelError, UnsupportedDeviceError
 from tkreg.registry import BUILTIN_PACKS, Registry
 
@@ -29,19 +29,19 @@ def make_pack(root: Path, ops: dict, archs=ARCHS, priority=None) -> Path:
     """A pack at `root` whose ops are copies of the built-in tkreg.gemm (cubins included):
     `ops` maps each new op name to spec changes, e.g. {"fake.mm": {"reference": "m:f"}}."""
     for arch in archs:
-        src = manifest.load(BUILTIN_PACKS / arch / manifest.FILENAME)
+        src = json.loads((BUILTIN_PACKS / arch / manifest.FILENAME).read_text())
         gemm = src["ops"]["tkreg.gemm"]
         d = root / arch
         d.mkdir(parents=True)
         out = {}
         for name, changes in ops.items():
             spec = {**gemm["spec"], "name": name, **changes}
-            variants = [dict(v, priority=v["priority"] if priority is None else priority)
-                        for v in gemm["variants"]]
-            for v in variants:
+            if priority is not None:
+                spec["variants"] = [dict(v, priority=priority) for v in spec["variants"]]
+            for v in gemm["variants"]:
                 shutil.copy(BUILTIN_PACKS / arch / v["cubin"], d / v["cubin"])
-            out[name] = {"spec": spec, "variants": variants}
-        manifest.dump(d / manifest.FILENAME, {**src, "namespace": "", "ops": out})
+            out[name] = {"spec": spec, "variants": gemm["variants"]}
+        manifest.dump_json(d / manifest.FILENAME, {**src, "namespace": "", "ops": out})
     return root
 
 
@@ -89,18 +89,17 @@ def load(monkeypatch=None) -> tuple[Registry, list[str]]:
     r = Registry()
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        r._ensure()
+        r.ensure()
     if monkeypatch is not None:
-        monkeypatch.setattr(registry, "REGISTRY", r)
-        monkeypatch.setattr(api, "REGISTRY", r)
-        registry.OPS.clear()  # and again at teardown (_fresh_ops)
+        monkeypatch.setattr(runtime.RUNTIME, "registry", r)
+        runtime.RUNTIME.reset()  # and again at teardown (_fresh_ops)
     return r, [str(x.message) for x in w if str(x.message).startswith("tkreg:")]
 
 
 @pytest.fixture(autouse=True)
 def _fresh_ops():
     yield
-    registry.OPS.clear()   # typed-op cache may hold ops of a test's registry
+    runtime.RUNTIME.reset()   # the op caches may hold ops of a test's registry
 
 
 def mine(msgs, *names):
@@ -110,7 +109,7 @@ def mine(msgs, *names):
 def builtins_work(r: Registry, monkeypatch):
     e = r.entry("tkreg.gemm")
     assert e.owner == "tkreg (built-in)"
-    assert {s for vs in e.variants.values() for _, _, s in vs} == {"tkreg (built-in)"}
+    assert {c.source for a in e.archs() for c in e.candidates(a)} == {"tkreg (built-in)"}
     monkeypatch.setenv("TKREG_FALLBACK", "reference")
     a, b = torch.randn(3, 64, dtype=BF16), torch.randn(5, 64, dtype=BF16)
     torch.testing.assert_close(tkreg.call("tkreg.gemm", a, b), reference.gemm(a, b))
@@ -139,7 +138,7 @@ def test_plugin_loads_under_its_entry_point_name(site, tmp_path, monkeypatch, fo
     assert e.owner == "plugin:alpha" and e.archs() == ["sm_100a", "sm_90a"]
     src = next(s for s in r.sources if s.plugin == "alpha")
     assert src.state == "loaded" and src.dist == "fake-alpha 1.0" and src.ops == ["fake.mm"]
-    assert r.entry("alpha:fake.mm").variants.keys() == e.variants.keys()
+    assert r.entry("alpha:fake.mm").archs() == e.archs()
     ops = {o["op"]: o for o in tkreg.list_ops()}
     assert ops["fake.mm"]["owner"] == "plugin:alpha" and "alpha:fake.mm" not in ops
     monkeypatch.setenv("TKREG_FALLBACK", "reference")
@@ -186,14 +185,14 @@ def _wrong_arch(pack: Path):
     data = (pack / "sm_100a" / v["cubin"]).read_bytes()
     (pack / "sm_90a" / v["cubin"]).write_bytes(data)
     v["sha256"] = hashlib.sha256(data).hexdigest()
-    manifest.dump(f, m)
+    manifest.dump_json(f, m)
 
 
 def _bad_plan(pack: Path):
     f = pack / "sm_90a" / manifest.FILENAME
     m = json.loads(f.read_text())
     m["ops"]["bad.mm"]["variants"][0]["plan"]["kernels"] = "nope"
-    manifest.dump(f, m)
+    manifest.dump_json(f, m)
 
 
 BROKEN = {
@@ -206,6 +205,8 @@ BROKEN = {
                        "newer than this tkreg reads"),
     "bad spec": (lambda p: _edit_manifest(p, "sm_90a", lambda t: t.replace('"role": "output"', '"role": "sideways"')),
                  "bad spec"),
+    "dtype_of cycle": (lambda p: _edit_manifest(p, "sm_90a", lambda t: t.replace('"dtype_of": "a"', '"dtype_of": "b"')),
+                       "dtype_of forms a cycle"),
     "missing cubin": (lambda p: _first_cubin(p).unlink(), "is missing"),
     "corrupt cubin": (lambda p: _flip(_first_cubin(p, "sm_100a")), "sha256"),
     "cubin of another arch": (_wrong_arch, "expected sm_90a"),
@@ -251,17 +252,13 @@ def test_no_pack_for_this_arch_fails_at_the_call_naming_the_op(site, tmp_path, m
     r, msgs = load(monkeypatch)
     assert mine(msgs, "alpha") == []
     monkeypatch.delenv("TKREG_FALLBACK", raising=False)
-    monkeypatch.setattr(r, "arch_of", lambda dev: "sm_100a")
+    monkeypatch.setattr(runtime.RUNTIME, "arch_of", lambda dev: "sm_100a")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (10, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev=None: type("P", (), {"multi_processor_count": 148}))
     with pytest.raises(UnsupportedDeviceError, match=r"fake\.mm: cuda:0 .*sm_100a.*\['sm_90a'\]"):
-        r._resolve(r.entry("fake.mm"), 0)
-    assert r._resolve(r.entry("tkreg.gemm"), 0)            # built-ins still serve this GPU
-
-    class FakeDriver:
-        @staticmethod
-        def driver_info():
-            return 13000, [(10, 0)]
-    monkeypatch.setattr("tkreg._runtime.launcher", lambda: FakeDriver)
+        runtime.RUNTIME.resolve(r.entry("fake.mm"), 0)
+    assert runtime.RUNTIME.resolve(r.entry("tkreg.gemm"), 0)   # built-ins still serve this GPU
+    monkeypatch.setattr("tkreg.native.driver_info", lambda: (13000, [(10, 0)]))
     assert cli.main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "plugin:alpha (fake-alpha 1.0): loaded; archs sm_90a; 1 op(s)" in out
@@ -343,16 +340,16 @@ def test_extends_adds_variants_and_priority_decides(site, tmp_path, monkeypatch)
     assert mine(msgs, "alpha") == []
     e = r.entry("tkreg.gemm")
     assert e.owner == "tkreg (built-in)"
-    keys = [v["key"] for v, _, _ in e.variants["sm_90a"]]
+    keys = [c.key for c in e.candidates("sm_90a")]
     theirs = [k for k in keys if k.startswith("alpha:")]
-    assert len(theirs) == len(r.entry("alpha:tkreg.gemm").variants["sm_90a"]) == len(keys) // 2
+    assert len(theirs) == len(r.entry("alpha:tkreg.gemm").candidates("sm_90a")) == len(keys) // 2
     a, b = torch.empty(16, 256, dtype=BF16), torch.empty(512, 256, dtype=BF16)
     assert tkreg.explain("tkreg.gemm", a, b, arch="sm_90a").chosen.startswith("alpha:")
     assert next(s for s in r.sources if s.plugin == "alpha").ops == ["tkreg.gemm"]
 
 
 def test_extends_with_another_signature_or_nothing_to_extend_adds_nothing(site, tmp_path, monkeypatch):
-    gemm = manifest.load(BUILTIN_PACKS / "sm_90a" / manifest.FILENAME)["ops"]["tkreg.gemm"]["spec"]
+    gemm = manifest.load(BUILTIN_PACKS / "sm_90a" / manifest.FILENAME).raw_ops["tkreg.gemm"]["spec"]
     other = [dict(t, dtypes=["float16"]) if t.get("dtypes") else t for t in gemm["tensors"]]
     site.plugin("alpha", make_pack(tmp_path / "a", {"tkreg.gemm": {"extends": True, "tensors": other},
                                                     "alpha.none": {"extends": True}, "alpha.mm": {}}))

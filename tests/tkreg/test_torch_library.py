@@ -7,7 +7,7 @@ import torch
 
 import tkreg
 from tkreg import reference
-from tkreg.registry import REGISTRY
+from tkreg.runtime import RUNTIME
 from tkreg.torch_library import schema
 
 BF16 = torch.bfloat16
@@ -19,11 +19,11 @@ def cpu_reference(monkeypatch):
 
 
 def test_schemas_follow_the_specs():
-    assert schema(REGISTRY.entry("tkreg.rms_norm").spec) == "rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor"
-    assert schema(REGISTRY.entry("tkreg.gemm").spec) == "gemm(Tensor a, Tensor b) -> Tensor"
-    assert schema(REGISTRY.entry("tkreg.fused_add_rms_norm").spec) == \
+    assert schema(RUNTIME.registry.entry("tkreg.rms_norm").spec) == "rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor"
+    assert schema(RUNTIME.registry.entry("tkreg.gemm").spec) == "gemm(Tensor a, Tensor b) -> Tensor"
+    assert schema(RUNTIME.registry.entry("tkreg.fused_add_rms_norm").spec) == \
         "fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps=1e-06) -> ()"
-    assert schema(REGISTRY.entry("tkreg.rms_norm_backward").spec) == \
+    assert schema(RUNTIME.registry.entry("tkreg.rms_norm_backward").spec) == \
         "rms_norm_backward(Tensor dy, Tensor x, Tensor weight, float eps=1e-06) -> (Tensor, Tensor)"
 
 

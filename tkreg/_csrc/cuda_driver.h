@@ -3,16 +3,20 @@
  * enum values follow cuda.h of CUDA 12/13 (ABI-stable). */
 #ifndef TKREG_CUDA_DRIVER_H
 #define TKREG_CUDA_DRIVER_H
+#include <stddef.h>
 #include <stdint.h>
 
 typedef int CUresult;
 typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 
 #define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
@@ -50,15 +54,16 @@ typedef struct {
 /* Every driver entry point we call, resolved with dlsym. */
 #define TKREG_CU_FUNCS(X)                                                                       \
     X(cuInit, (unsigned int))                                                                   \
-    X(cuDriverGetVersion, (int *))                                                              \
     X(cuDeviceGet, (CUdevice *, int))                                                           \
-    X(cuDeviceGetCount, (int *))                                                                \
     X(cuDeviceGetAttribute, (int *, int, CUdevice))                                             \
     X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                        \
     X(cuCtxGetCurrent, (CUcontext *))                                                           \
     X(cuCtxSetCurrent, (CUcontext))                                                             \
     X(cuModuleLoadData, (CUmodule *, const void *))                                             \
+    X(cuModuleUnload, (CUmodule))                                                               \
     X(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))                              \
+    X(cuFuncGetParamInfo, (CUfunction, size_t, size_t *, size_t *))                             \
+    X(cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream))                          \
     X(cuFuncSetAttribute, (CUfunction, int, int))                                               \
     X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,  \
                        unsigned, CUstream, void **, void **))                                   \

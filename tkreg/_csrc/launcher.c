@@ -1,21 +1,21 @@
-/* tkreg's native launcher: validates a call against the op's signature, picks a variant, and
+/* tkreg's native launcher: binds a call to the op's signature, validates it, picks a variant and
  * launches its kernels through the CUDA driver API on torch's current stream.
  *
- * One generic launcher reads the plan that build_tools extracted from tilelang's IR (assembled
- * into int64 words by tkreg/assemble.py); no per-kernel C is generated.  Built against the
- * Python limited API (abi3); links nothing from CUDA or torch: libcuda.so.1 is dlopen'ed on
- * the first launch, so `import tkreg` works on machines without a GPU.  The GIL is held
- * throughout, which also serializes the lazy per-(variant, device) module loads.  Every error
- * becomes a Python exception; nothing here ends the process. */
+ * It reads the plan build_tools took from tilelang's IR, as int64 words from tkreg/assemble.py;
+ * the codes are tkreg/codes.py's (tkreg_codes.h is generated).  Limited API; links nothing from
+ * CUDA or torch (libcuda.so.1 is dlopen'ed on first use).  Every value read from the words is
+ * range-checked when parsed and each kernel's parameters are checked against the cubin when its
+ * module loads, so a broken pack is a PackError, never a crash.  A refused call is reported to
+ * Python as (code, argument, detail); tkreg/diagnose.py writes the message.  The GIL is held
+ * throughout; it can drop only in Python callbacks, after which shared slots are re-checked. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "cuda_driver.h"
+#include "tkreg_codes.h"
 
 /* Bind dl* to their pre-2.34 versions so the wheel keeps an old manylinux tag. */
 #if defined(__GLIBC__) && defined(__x86_64__)
@@ -28,1249 +28,864 @@ __asm__(".symver dlsym,dlsym@GLIBC_2.17");
 __asm__(".symver dlerror,dlerror@GLIBC_2.17");
 #endif
 
-#define MAXDEV 64
-#define MAXRANK 8
-#define MAXT 32
-#define MAXSYM 32
-#define MAXP 64
-#define MAXTMA 16
-#define STACK 64
+enum { MAXDEV = 64, MAXRANK = 8, MAXT = 32, MAXS = 32, MAXSLOT = 64, MAXBIND = 128, MAXP = 64, MAXTMA = 16,
+       MAXK = 16, STACK = 32, PBUF = 8192 };
+enum { CALL, CHECK, PACK }; /* what dispatch does after validation */
 
-enum { OP_CONST, OP_SYM, OP_ADD, OP_SUB, OP_MUL, OP_FLOORDIV, OP_FLOORMOD, OP_MIN, OP_MAX, OP_EQ,
-       OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_AND, OP_OR, OP_NOT, OP_NEG, OP_TDIV, OP_TMOD,
-       OP_SELECT };
-enum { ROLE_IN, ROLE_OUT, ROLE_INPLACE, ROLE_SCRATCH };
-enum { DT_SET, DT_SAME, DT_FIXED };
-enum { P_PTR, P_TMA, P_SYM, P_SCALAR };
-enum { T_I32, T_I64, T_F32, T_F64, T_BOOL };
-#define NDTYPES 12
-static const int ELEM_SIZE[NDTYPES] = {4, 2, 2, 1, 1, 4, 8, 1, 1, 1, 8, 1};
-
-/* ---- driver ------------------------------------------------------------------------------ */
 #define DECLARE_FN(name, args) static CUresult(*p_##name) args;
 TKREG_CU_FUNCS(DECLARE_FN)
-static int g_cuda_state = 0; /* 0 untried, 1 ready, -1 failed */
-static char g_cuda_err[512];
+static int g_cuda; /* 0 untried, 1 ready, -1 failed */
+static char g_cuda_err[320];
 static CUcontext g_ctx[MAXDEV];
+static int64_t g_sm[MAXDEV + 1]; /* multiprocessor count per device (slot 0: CPU), from resolve */
+static long g_modules;           /* cuModuleLoadData calls that succeeded (tests: no double load) */
+static PyObject *g_dtypes[NDTYPES], *g_empty, *g_get_stream, *g_LaunchError, *g_PackError, *g_VariantType;
+static PyObject *g_describe, *g_empty_like, *g_new_empty, *g_grad_on, *s_requires_grad;
 
-static PyObject *g_dtypes[NDTYPES], *g_empty, *g_get_stream;
-/* torch.Tensor's own method descriptors, called directly: skips the per-call method lookup. */
-static PyObject *m_data_ptr, *m_size, *m_is_contiguous, *m_get_device, *m_stride, *m_empty_like, *m_new_empty;
-static PyObject *g_LaunchError;
-static PyObject *s_dtype, *s_cdata, *s_requires_grad, *g_is_grad_enabled;
-
-/* Fast path: torch's ABI-stable C shim (the AOTInductor `aoti_torch_*` functions, exported by
- * the libtorch that `import torch` already loaded; dlsym'ed, never linked) reads sizes, strides,
- * dtype, device and data pointer of a plain tensor in nanoseconds, where the attribute calls cost
- * ~350 ns per tensor.  The handle is the address of the tensor's TensorImpl* (`Tensor._cdata`),
- * which is what an at::Tensor is.  Used only for exact torch.Tensor / nn.Parameter objects on CPU
- * or CUDA, and only after a self-check against the attribute path; anything else takes that path. */
-typedef int32_t (*shim_get_p)(void *, void **);
-typedef int32_t (*shim_get_pi64)(void *, int64_t **);
-typedef int32_t (*shim_get_i64)(void *, int64_t *);
-typedef int32_t (*shim_get_i32)(void *, int32_t *);
+/* torch's ABI-stable C shim (`aoti_torch_*`, found by tkreg/native.py in the libtorch `import
+ * torch` loaded): sizes, strides, dtype, device and data of an exact torch.Tensor / Parameter in
+ * nanoseconds.  Anything else goes through Python (`describe`). */
 static struct {
-    int ok;
-    shim_get_p data_ptr;
-    shim_get_pi64 sizes, strides;
-    shim_get_i64 dim;
-    shim_get_i32 dtype, device_type, device_index;
-    int32_t (*stream)(int32_t, void **);
-    _Bool (*grad_enabled)(void);
+    int ok, direct; /* direct: the TensorImpl* is the word after PyObject_HEAD (checked in Python) */
+    int32_t (*data_ptr)(void *, void **), (*sizes)(void *, int64_t **), (*strides)(void *, int64_t **),
+        (*dim)(void *, int64_t *), (*dtype)(void *, int32_t *), (*devtype)(void *, int32_t *), (*devidx)(void *, int32_t *),
+        (*stream)(int32_t, void **);
+    _Bool (*grad_on)(void);
     int32_t scalar_type[NDTYPES], cpu, cuda;
-    PyObject *types[2];
-    int direct; /* THPVariable holds its at::Tensor right after PyObject_HEAD (checked by enable_direct) */
+    PyObject *types[2], *cdata;
 } g_shim;
 
-
-static int cuda_load(void) {
-    if (g_cuda_state == 1) return 0;
-    if (g_cuda_state == 0) {
-        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-        if (!h) {
-            snprintf(g_cuda_err, sizeof g_cuda_err, "cannot load libcuda.so.1 (%s): is the NVIDIA driver installed?",
-                     dlerror());
-            g_cuda_state = -1;
-        } else {
-#define LOAD_FN(name, args)                                                                   \
-    if (g_cuda_state == 0 && !(p_##name = (CUresult(*) args)dlsym(h, #name))) {               \
-        snprintf(g_cuda_err, sizeof g_cuda_err, "libcuda.so.1 lacks %s: the driver is too old " \
-                 "(tkreg needs CUDA 12.0 or newer)", #name);                                  \
-        g_cuda_state = -1;                                                                    \
-    }
-            TKREG_CU_FUNCS(LOAD_FN)
-            if (g_cuda_state == 0) {
-                CUresult r = p_cuInit(0);
-                if (r != CUDA_SUCCESS) {
-                    snprintf(g_cuda_err, sizeof g_cuda_err, "cuInit failed with error %d", r);
-                    g_cuda_state = -1;
-                } else {
-                    g_cuda_state = 1;
-                }
-            }
-        }
-    }
-    if (g_cuda_state == 1) return 0;
-    PyErr_SetString(g_LaunchError ? g_LaunchError : PyExc_RuntimeError, g_cuda_err);
-    return -1;
-}
-
+/* ---- driver ------------------------------------------------------------------------------ */
 static const char *cu_str(CUresult r) {
-    const char *name = NULL, *s = NULL;
     static char buf[256];
+    const char *name = NULL, *s = NULL;
     if (p_cuGetErrorName) p_cuGetErrorName(r, &name);
     if (p_cuGetErrorString) p_cuGetErrorString(r, &s);
-    snprintf(buf, sizeof buf, "%s: %s", name ? name : "CUDA error", s ? s : "unknown");
+    snprintf(buf, sizeof buf, "%s (%d): %s", name ? name : "CUDA error", r, s ? s : "unknown");
     return buf;
 }
 
-static int cu_fail(CUresult r, PyObject *op, PyObject *variant, const char *what) {
-    PyErr_Format(g_LaunchError, "%U[%U]: %s failed: %s", op, variant, what, cu_str(r));
+static int cuda_load(void) {
+    if (g_cuda == 0) {
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        const char *miss = NULL;
+        CUresult r;
+        g_cuda = -1;
+        if (!h) snprintf(g_cuda_err, sizeof g_cuda_err, "cannot load libcuda.so.1 (%s): is the NVIDIA driver installed?", dlerror());
+#define LOAD_FN(name, args) if (h && !miss && !(p_##name = (CUresult(*) args)dlsym(h, #name))) miss = #name;
+        TKREG_CU_FUNCS(LOAD_FN)
+        if (h && miss) snprintf(g_cuda_err, sizeof g_cuda_err, "libcuda.so.1 lacks %s: tkreg needs a driver for CUDA 13.0 (R580 or newer)", miss);
+        else if (h && (r = p_cuInit(0))) snprintf(g_cuda_err, sizeof g_cuda_err, "cuInit failed: %s", cu_str(r));
+        else if (h) g_cuda = 1;
+    }
+    if (g_cuda == 1) return 0;
+    PyErr_SetString(g_LaunchError, g_cuda_err);
     return -1;
 }
 
-/* Make device `dev`'s primary context current; *prev gets what was current so it is restored
- * afterwards (torch keeps its own notion of the current device). */
+static int cu_fail(CUresult r, PyObject *op, PyObject *key, const char *what) {
+    if (key) PyErr_Format(g_LaunchError, "%U[%U]: %s failed: %s", op, key, what, cu_str(r));
+    else PyErr_Format(g_LaunchError, "%U: %s failed: %s", op, what, cu_str(r));
+    return -1;
+}
+
+/* Make cuda:dev's primary context current; *prev gets what was current, restored by ctx_exit. */
 static int ctx_enter(int dev, CUcontext *prev, PyObject *op) {
     CUresult r;
-    if (!g_ctx[dev]) {
-        CUdevice d;
-        if ((r = p_cuDeviceGet(&d, dev)) || (r = p_cuDevicePrimaryCtxRetain(&g_ctx[dev], d))) {
-            PyErr_Format(g_LaunchError, "%U: cannot open cuda:%d: %s", op, dev, cu_str(r));
-            return -1;
-        }
-    }
-    p_cuCtxGetCurrent(prev);
-    if (*prev != g_ctx[dev] && (r = p_cuCtxSetCurrent(g_ctx[dev]))) {
-        PyErr_Format(g_LaunchError, "%U: cannot make cuda:%d current: %s", op, dev, cu_str(r));
-        return -1;
-    }
+    CUdevice d;
+    if (!g_ctx[dev] && ((r = p_cuDeviceGet(&d, dev)) || (r = p_cuDevicePrimaryCtxRetain(&g_ctx[dev], d))))
+        return cu_fail(r, op, NULL, "opening the device's primary context");
+    if ((r = p_cuCtxGetCurrent(prev))) return cu_fail(r, op, NULL, "cuCtxGetCurrent");
+    if (*prev != g_ctx[dev] && (r = p_cuCtxSetCurrent(g_ctx[dev]))) return cu_fail(r, op, NULL, "cuCtxSetCurrent");
     return 0;
 }
 
-static void ctx_exit(int dev, CUcontext prev) {
-    if (prev && prev != g_ctx[dev]) p_cuCtxSetCurrent(prev);
+static int ctx_exit(int dev, CUcontext prev, PyObject *op) {
+    CUresult r;
+    if (prev && prev != g_ctx[dev] && (r = p_cuCtxSetCurrent(prev))) return cu_fail(r, op, NULL, "restoring the current context");
+    return 0;
 }
 
 /* ---- programs ---------------------------------------------------------------------------- */
 typedef struct { int n; const int64_t *code; } Prog;
 
 static int64_t floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
-static int64_t floormod(int64_t a, int64_t b) { return a - floordiv(a, b) * b; }
 
-/* 0 on success; -1 on a malformed program, a division by zero or an unbound symbol. */
-static int prog_eval(Prog p, const int64_t *syms, const char *bound, int64_t *out) {
-    int64_t st[STACK];
+/* 0, -1 when it reads an unbound slot, -2 on a division by zero (or overflow).  prog_ok checked
+ * the program when it was parsed, so the stack and the slots are in range. */
+static int prog_eval(Prog p, const int64_t *env, const char *bound, int64_t *out) {
+    int64_t st[STACK], a, b, r = 0;
     int sp = 0;
     for (int i = 0; i < p.n; i++) {
         int64_t op = p.code[i];
         if (op == OP_CONST || op == OP_SYM) {
-            if (i + 1 >= p.n || sp >= STACK) return -1;
             int64_t v = p.code[++i];
-            if (op == OP_SYM) {
-                if (v < 0 || v >= MAXSYM || (bound && !bound[v])) return -1;
-                v = syms[v];
-            }
-            st[sp++] = v;
+            if (op == OP_SYM && bound && !bound[v]) return -1;
+            st[sp++] = op == OP_SYM ? env[v] : v;
             continue;
         }
-        if (op == OP_NOT || op == OP_NEG) {
-            if (sp < 1) return -1;
-            st[sp - 1] = op == OP_NOT ? !st[sp - 1] : -st[sp - 1];
-            continue;
-        }
-        if (op == OP_SELECT) {
-            if (sp < 3) return -1;
-            int64_t c = st[sp - 3], a = st[sp - 2], b = st[sp - 1];
-            sp -= 2;
-            st[sp - 1] = c ? a : b;
-            continue;
-        }
-        if (sp < 2) return -1;
-        int64_t a = st[sp - 2], b = st[sp - 1], r;
+        if (op == OP_NOT || op == OP_NEG) { st[sp - 1] = op == OP_NOT ? !st[sp - 1] : -st[sp - 1]; continue; }
+        if (op == OP_SELECT) { sp -= 2; st[sp - 1] = st[sp - 1] ? st[sp] : st[sp + 1]; continue; }
+        a = st[sp - 2], b = st[sp - 1];
+        if ((op == OP_FLOORDIV || op == OP_FLOORMOD || op == OP_TDIV || op == OP_TMOD) && (!b || (a == INT64_MIN && b == -1))) return -2;
         switch (op) {
-        case OP_ADD: r = a + b; break;
-        case OP_SUB: r = a - b; break;
-        case OP_MUL: r = a * b; break;
-        case OP_FLOORDIV: if (!b) return -1; r = floordiv(a, b); break;
-        case OP_FLOORMOD: if (!b) return -1; r = floormod(a, b); break;
-        case OP_TDIV: if (!b) return -1; r = a / b; break;
-        case OP_TMOD: if (!b) return -1; r = a % b; break;
-        case OP_MIN: r = a < b ? a : b; break;
-        case OP_MAX: r = a > b ? a : b; break;
-        case OP_EQ: r = a == b; break;
-        case OP_NE: r = a != b; break;
-        case OP_LT: r = a < b; break;
-        case OP_LE: r = a <= b; break;
-        case OP_GT: r = a > b; break;
-        case OP_GE: r = a >= b; break;
-        case OP_AND: r = a && b; break;
-        case OP_OR: r = a || b; break;
-        default: return -1;
+        case OP_ADD: r = a + b; break;    case OP_SUB: r = a - b; break;    case OP_MUL: r = a * b; break;
+        case OP_FLOORDIV: r = floordiv(a, b); break;      case OP_FLOORMOD: r = a - floordiv(a, b) * b; break;
+        case OP_TDIV: r = a / b; break;   case OP_TMOD: r = a % b; break;
+        case OP_MIN: r = a < b ? a : b; break;            case OP_MAX: r = a > b ? a : b; break;
+        case OP_EQ: r = a == b; break;    case OP_NE: r = a != b; break;    case OP_LT: r = a < b; break;
+        case OP_LE: r = a <= b; break;    case OP_GT: r = a > b; break;     case OP_GE: r = a >= b; break;
+        case OP_AND: r = a && b; break;   case OP_OR: r = a || b; break;
         }
         st[--sp - 1] = r;
     }
-    if (sp != 1) return -1;
     *out = st[0];
     return 0;
 }
 
-/* A cursor over the int64 words Python assembled; errors set *bad. */
-typedef struct { const int64_t *w; Py_ssize_t n, i; int bad; } Cur;
-static int64_t next(Cur *c) { if (c->i >= c->n) { c->bad = 1; return 0; } return c->w[c->i++]; }
-static Prog next_prog(Cur *c) {
-    Prog p = {0, NULL};
-    int64_t n = next(c);
-    if (n < 0 || c->i + n > c->n) { c->bad = 1; return p; }
-    p.n = (int)n; p.code = c->w + c->i; c->i += n;
-    return p;
+static int prog_ok(Prog p, int nslot) {
+    int sp = 0;
+    for (int i = 0; i < p.n; i++) {
+        int64_t op = p.code[i];
+        if (op < 0 || op >= NOPCODES) return 0;
+        if (op == OP_CONST || op == OP_SYM) {
+            if (i + 1 >= p.n || sp >= STACK || (op == OP_SYM && (p.code[i + 1] < 0 || p.code[i + 1] >= nslot))) return 0;
+            i++, sp++;
+        } else if (sp < OP_ARITY[op]) return 0;
+        else sp -= OP_ARITY[op] - 1;
+    }
+    return sp == 1;
 }
 
+/* A cursor over the words: each read names its range, and a value outside it spoils the parse. */
+typedef struct { const int64_t *w; Py_ssize_t n, i; int bad; } Cur;
+static int64_t nx(Cur *c, int64_t lo, int64_t hi) { /* the next word, in [lo, hi) */
+    int64_t v = c->i < c->n ? c->w[c->i++] : (c->bad = 1, 0);
+    c->bad |= v < lo || v >= hi;
+    return v;
+}
+static Prog nx_prog(Cur *c, int nslot) {
+    Prog p = {0, NULL};
+    int64_t n = nx(c, 1, 512);
+    if (c->bad || c->i + n > c->n) return c->bad = 1, p;
+    p.n = (int)n, p.code = c->w + c->i, c->i += n;
+    c->bad |= !prog_ok(p, nslot);
+    return p;
+}
 static int64_t *copy_words(PyObject *buf, Py_ssize_t *n) {
-    char *data; Py_ssize_t len;
+    char *data;
+    Py_ssize_t len;
     if (PyBytes_AsStringAndSize(buf, &data, &len) < 0) return NULL;
-    if (len % 8) { PyErr_SetString(PyExc_ValueError, "plan words: length not a multiple of 8"); return NULL; }
-    int64_t *w = PyMem_Malloc(len ? len : 8);
-    if (!w) { PyErr_NoMemory(); return NULL; }
+    if (len % 8) return PyErr_SetString(g_PackError, "plan words: length not a multiple of 8"), NULL;
+    int64_t *w = PyMem_Malloc(len + 8);
+    if (!w) return PyErr_NoMemory(), NULL;
     memcpy(w, data, len);
     *n = len / 8;
     return w;
 }
+#define BIG ((int64_t)1 << 62)
+
+static void tp_free_self(PyObject *self) { PyTypeObject *tp = Py_TYPE(self); ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self); Py_DECREF(tp); }
+static PyObject *tp_alloc(PyTypeObject *tp) { return ((allocfunc)PyType_GetSlot(tp, Py_tp_alloc))(tp, 0); }
 
 /* ---- Variant ------------------------------------------------------------------------------ */
-typedef struct { int tensor, dtype, rank; Prog dims[MAXRANK], strides[MAXRANK]; uint32_t box[MAXRANK], estr[MAXRANK];
-                 int interleave, swizzle, l2, oob; } Tma;
-typedef struct { int kind, index, type; } Param;
-typedef struct { int name; Prog grid[3], smem; unsigned block[3], cluster[3]; int coop, pdl, nparams;
-                 Param params[MAXP]; } Kernel;
-typedef struct { int text; Prog prog; } Constraint;
-
+typedef struct { int tensor, dtype, rank; Prog dims[5], strides[4]; uint32_t box[5], estr[5]; int il, sw, l2, oob; } Tma;
+typedef struct { int kind, index, type, off; } Param;
+typedef struct { Prog grid[3], smem; unsigned block[3], cluster[3]; int coop, pdl, np, psize; Param p[MAXP]; } Kernel;
 typedef struct {
     PyObject_HEAD
-    int nt, ncons, ntma, nkern;
-    int dtypes[MAXT];
-    Constraint *cons;
+    int nt, ns, nslot, ncons, ntma, nkern, nset, dtypes[MAXT], set_slot[MAXSLOT];
+    int64_t uses, set_val[MAXSLOT], *words;
+    Prog *cons;
     Tma *tma;
     Kernel *kern;
-    PyObject *key, *strings, *loader, *cubin;
+    PyObject *key, *names, *loader, *cubin;
     CUmodule mod[MAXDEV];
-    CUfunction *funcs[MAXDEV];
+    CUfunction *fn[MAXDEV];
     int *smem_set[MAXDEV];
-    int64_t *words;
 } Variant;
 
 static void Variant_dealloc(PyObject *self) {
     Variant *v = (Variant *)self;
-    Py_XDECREF(v->key); Py_XDECREF(v->strings); Py_XDECREF(v->loader); Py_XDECREF(v->cubin);
+    Py_XDECREF(v->key); Py_XDECREF(v->names); Py_XDECREF(v->loader); Py_XDECREF(v->cubin);
     PyMem_Free(v->cons); PyMem_Free(v->tma); PyMem_Free(v->kern); PyMem_Free(v->words);
-    for (int d = 0; d < MAXDEV; d++) { PyMem_Free(v->funcs[d]); PyMem_Free(v->smem_set[d]); }
-    /* Modules stay loaded: unloading while a kernel may still run on a stream is unsafe. */
-    PyTypeObject *tp = Py_TYPE(self);
-    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    for (int d = 0; d < MAXDEV; d++) PyMem_Free(v->fn[d]), PyMem_Free(v->smem_set[d]);
+    tp_free_self(self); /* modules stay loaded: a kernel may still run on a stream */
 }
 
-/* Variant(key, words: bytes, strings: tuple, loader: callable -> cubin bytes) */
+/* Variant(key, words: bytes, kernel names: tuple[str], loader: callable -> cubin bytes) */
 static PyObject *Variant_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
-    PyObject *key, *buf, *strings, *loader;
-    if (!PyArg_ParseTuple(args, "UOO!O:Variant", &key, &buf, &PyTuple_Type, &strings, &loader)) return NULL;
-    allocfunc alloc = (allocfunc)PyType_GetSlot(tp, Py_tp_alloc);
-    Variant *v = (Variant *)alloc(tp, 0);
-    if (!v) return NULL;
-    Py_INCREF(key); v->key = key;
-    Py_INCREF(strings); v->strings = strings;
-    Py_INCREF(loader); v->loader = loader;
+    PyObject *key, *buf, *names, *loader;
+    Variant *v;
     Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "UOO!O:Variant", &key, &buf, &PyTuple_Type, &names, &loader) || !(v = (Variant *)tp_alloc(tp))) return NULL;
+    v->key = Py_NewRef(key), v->names = Py_NewRef(names), v->loader = Py_NewRef(loader);
     if (!(v->words = copy_words(buf, &n))) goto fail;
     Cur c = {v->words, n, 0, 0};
-    v->nt = (int)next(&c);
-    if (v->nt < 0 || v->nt > MAXT) c.bad = 1;
-    for (int i = 0; i < v->nt && !c.bad; i++) v->dtypes[i] = (int)next(&c);
-    v->ncons = (int)next(&c);
-    v->cons = PyMem_Calloc(v->ncons > 0 ? v->ncons : 1, sizeof(Constraint));
-    for (int i = 0; i < v->ncons && !c.bad; i++) { v->cons[i].text = (int)next(&c); v->cons[i].prog = next_prog(&c); }
-    v->ntma = (int)next(&c);
-    if (v->ntma < 0 || v->ntma > MAXTMA) c.bad = 1;
-    v->tma = PyMem_Calloc(v->ntma > 0 ? v->ntma : 1, sizeof(Tma));
-    for (int i = 0; i < v->ntma && !c.bad; i++) {
+    v->nt = (int)nx(&c, 0, MAXT + 1), v->ns = (int)nx(&c, 0, MAXS + 1), v->nslot = (int)nx(&c, 0, MAXSLOT + 1);
+    for (int i = 0; i < v->nt && !c.bad; i++) v->dtypes[i] = (int)nx(&c, -1, NDTYPES);
+    v->uses = nx(&c, 0, BIG);
+    v->nset = (int)nx(&c, 0, MAXSLOT + 1);
+    for (int i = 0; i < v->nset && !c.bad; i++) v->set_slot[i] = (int)nx(&c, 0, v->nslot), v->set_val[i] = nx(&c, -BIG, BIG);
+    v->ncons = (int)nx(&c, 0, 1024), v->cons = PyMem_Calloc(v->ncons + 1, sizeof(Prog));
+    for (int i = 0; i < v->ncons && !c.bad && v->cons; i++) v->cons[i] = nx_prog(&c, v->nslot);
+    v->ntma = (int)nx(&c, 0, MAXTMA + 1), v->tma = PyMem_Calloc(v->ntma + 1, sizeof(Tma));
+    for (int i = 0; i < v->ntma && !c.bad && v->tma; i++) {
         Tma *t = &v->tma[i];
-        t->tensor = (int)next(&c); t->dtype = (int)next(&c); t->rank = (int)next(&c);
-        if (t->rank < 1 || t->rank > 5) { c.bad = 1; break; }
-        for (int r = 0; r < t->rank; r++) t->dims[r] = next_prog(&c);
-        for (int r = 0; r < t->rank - 1; r++) t->strides[r] = next_prog(&c);
-        for (int r = 0; r < t->rank; r++) t->box[r] = (uint32_t)next(&c);
-        for (int r = 0; r < t->rank; r++) t->estr[r] = (uint32_t)next(&c);
-        t->interleave = (int)next(&c); t->swizzle = (int)next(&c); t->l2 = (int)next(&c); t->oob = (int)next(&c);
+        t->tensor = (int)nx(&c, 0, v->nt), t->dtype = (int)nx(&c, 0, 32), t->rank = (int)nx(&c, 1, 6);
+        for (int r = 0; r < 2 * t->rank - 1 && !c.bad; r++) *(r < t->rank ? &t->dims[r] : &t->strides[r - t->rank]) = nx_prog(&c, v->nslot);
+        for (int r = 0; r < t->rank; r++) t->box[r] = (uint32_t)nx(&c, 1, 257);
+        for (int r = 0; r < t->rank; r++) t->estr[r] = (uint32_t)nx(&c, 1, 9);
+        t->il = (int)nx(&c, 0, 3), t->sw = (int)nx(&c, 0, 8), t->l2 = (int)nx(&c, 0, 4), t->oob = (int)nx(&c, 0, 2);
     }
-    v->nkern = (int)next(&c);
-    if (v->nkern < 1 || v->nkern > 16) c.bad = 1;
-    v->kern = PyMem_Calloc(v->nkern > 0 ? v->nkern : 1, sizeof(Kernel));
-    for (int i = 0; i < v->nkern && !c.bad; i++) {
+    v->nkern = (int)nx(&c, 1, MAXK + 1), v->kern = PyMem_Calloc(MAXK, sizeof(Kernel));
+    for (int i = 0; i < v->nkern && !c.bad && v->kern; i++) {
         Kernel *k = &v->kern[i];
-        k->name = (int)next(&c);
-        for (int j = 0; j < 3; j++) k->grid[j] = next_prog(&c);
-        for (int j = 0; j < 3; j++) k->block[j] = (unsigned)next(&c);
-        k->smem = next_prog(&c);
-        for (int j = 0; j < 3; j++) k->cluster[j] = (unsigned)next(&c);
-        k->coop = (int)next(&c); k->pdl = (int)next(&c);
-        k->nparams = (int)next(&c);
-        if (k->nparams < 0 || k->nparams > MAXP) { c.bad = 1; break; }
-        for (int j = 0; j < k->nparams; j++) {
-            k->params[j].kind = (int)next(&c); k->params[j].index = (int)next(&c); k->params[j].type = (int)next(&c);
+        for (int j = 0; j < 3; j++) k->grid[j] = nx_prog(&c, v->nslot);
+        for (int j = 0; j < 3; j++) k->block[j] = (unsigned)nx(&c, 1, 1025);
+        k->smem = nx_prog(&c, v->nslot);
+        for (int j = 0; j < 3; j++) k->cluster[j] = (unsigned)nx(&c, 1, 17);
+        k->coop = (int)nx(&c, 0, 2), k->pdl = (int)nx(&c, 0, 2), k->np = (int)nx(&c, 0, MAXP + 1);
+        for (int j = 0; j < k->np && !c.bad; j++) {
+            Param *P = &k->p[j];
+            P->kind = (int)nx(&c, 0, 4);
+            P->index = (int)nx(&c, 0, P->kind == P_PTR ? v->nt : P->kind == P_TMA ? v->ntma : P->kind == P_SYM ? v->nslot : v->ns);
+            P->type = (int)nx(&c, 0, NTYPES);
+            c.bad |= P->kind == P_SYM && P->type != T_INT32 && P->type != T_INT64;
         }
     }
-    if (c.bad || c.i != c.n || !v->cons || !v->tma || !v->kern) {
-        PyErr_Format(PyExc_ValueError, "variant %U: malformed plan words", key);
-        goto fail;
-    }
-    return (PyObject *)v;
+    if (!v->cons || !v->tma || !v->kern) { PyErr_NoMemory(); goto fail; }
+    if (!c.bad && c.i == c.n && PyTuple_Size(names) == v->nkern) return (PyObject *)v;
+    PyErr_Format(g_PackError, "variant %U: malformed plan words (a value out of range at word %zd)", key, c.i);
 fail:
     Py_DECREF(v);
     return NULL;
 }
 
-static PyObject *Variant_key(PyObject *self, void *closure) { Py_INCREF(((Variant *)self)->key); return ((Variant *)self)->key; }
-static PyGetSetDef Variant_getset[] = {
-    {"key", Variant_key, NULL, "the variant's key", NULL},
-    {NULL}};
+static PyObject *Variant_key(PyObject *self, void *closure) { return Py_NewRef(((Variant *)self)->key); }
+static PyGetSetDef Variant_getset[] = {{"key", Variant_key, NULL, "the variant's key", NULL}, {NULL}};
 static PyType_Slot Variant_slots[] = {
     {Py_tp_new, Variant_new}, {Py_tp_dealloc, Variant_dealloc}, {Py_tp_getset, Variant_getset},
     {Py_tp_doc, "A compiled variant: its launch plan and, once loaded, its module per device."}, {0, NULL}};
 static PyType_Spec Variant_spec = {"tkreg._launcher.Variant", sizeof(Variant), 0, Py_TPFLAGS_DEFAULT, Variant_slots};
 
-static PyObject *vstr(Variant *v, int i) { return PyTuple_GetItem(v->strings, i); }
+/* The kernel's parameters as the cubin declares them (count, sizes) must be the plan's. */
+static int check_params(Variant *v, Kernel *K, CUfunction f, const char *kname, PyObject *op) {
+    size_t off = 0, size = 0, want = 0;
+    int n = 0;
+    CUresult r;
+    for (; (r = p_cuFuncGetParamInfo(f, n, &off, &size)) == CUDA_SUCCESS; n++) {
+        Param *P = &K->p[n < K->np ? n : 0];
+        want = P->kind == P_PTR ? 8 : P->kind == P_TMA ? sizeof(CUtensorMap) : (size_t)TYPE_SIZE[P->type];
+        if (n < K->np && (size != want || off + size > PBUF || (P->kind == P_TMA && off % 64))) break;
+        if (n < K->np) P->off = (int)off, K->psize = (int)(off + size);
+    }
+    if (r == CUDA_SUCCESS)
+        PyErr_Format(g_PackError, "%U[%U]: kernel %s parameter %d is %zu bytes at offset %zu in the cubin, the plan gives "
+                     "%zu bytes: the pack is broken, rebuild it", op, v->key, kname, n, size, off, want);
+    else if (r != CUDA_ERROR_INVALID_VALUE) cu_fail(r, op, v->key, "cuFuncGetParamInfo");
+    else if (n != K->np)
+        PyErr_Format(g_PackError, "%U[%U]: kernel %s takes %d parameters in the cubin, the plan lists %d: the pack is "
+                     "broken, rebuild it", op, v->key, kname, n, K->np);
+    else return 0;
+    return -1;
+}
 
-/* Load the cubin (once per process) and its module (once per device); ctx must be current. */
-static int variant_load(Variant *v, int dev, PyObject *opname) {
+/* Load the cubin (once per process) and its module (once per device); the context is current. */
+static int variant_load(Variant *v, int dev, PyObject *op) {
     if (v->mod[dev]) return 0;
     if (!v->cubin) {
-        PyObject *b = PyObject_CallObject(v->loader, NULL);
+        PyObject *b = PyObject_CallObject(v->loader, NULL); /* Python: the GIL may drop here */
+        if (b && !PyBytes_Check(b)) { Py_CLEAR(b); PyErr_SetString(PyExc_TypeError, "cubin loader must return bytes"); }
         if (!b) return -1;
-        if (!PyBytes_Check(b)) { Py_DECREF(b); PyErr_SetString(PyExc_TypeError, "cubin loader must return bytes"); return -1; }
-        v->cubin = b;
+        if (v->cubin) Py_DECREF(b); else v->cubin = b;
+        if (v->mod[dev]) return 0; /* another thread finished the load meanwhile */
     }
+    /* No Python runs from here until the slot is filled, so no other thread can interleave. */
     CUmodule m;
     CUresult r = p_cuModuleLoadData(&m, PyBytes_AsString(v->cubin));
-    if (r) return cu_fail(r, opname, v->key, "cuModuleLoadData");
+    if (r) return cu_fail(r, op, v->key, "cuModuleLoadData");
     CUfunction *f = PyMem_Calloc(v->nkern, sizeof(CUfunction));
     int *ss = PyMem_Calloc(v->nkern, sizeof(int));
-    if (!f || !ss) { PyMem_Free(f); PyMem_Free(ss); PyErr_NoMemory(); return -1; }
     for (int k = 0; k < v->nkern; k++) {
-        PyObject *name = vstr(v, v->kern[k].name);
-        const char *cname = name ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
-        if (!cname) { PyMem_Free(f); PyMem_Free(ss); return -1; }
-        if ((r = p_cuModuleGetFunction(&f[k], m, cname))) { PyMem_Free(f); PyMem_Free(ss); return cu_fail(r, opname, v->key, "cuModuleGetFunction"); }
+        const char *name = f && ss ? PyUnicode_AsUTF8AndSize(PyTuple_GetItem(v->names, k), NULL) : NULL;
+        if (!name) { if (!PyErr_Occurred()) PyErr_NoMemory(); goto fail; }
+        if ((r = p_cuModuleGetFunction(&f[k], m, name))) {
+            PyErr_Format(g_PackError, "%U[%U]: the cubin has no kernel %s (%s): the pack is broken, rebuild it", op, v->key, name, cu_str(r));
+            goto fail;
+        }
+        if (check_params(v, &v->kern[k], f[k], name, op)) goto fail;
     }
-    v->funcs[dev] = f;
-    v->smem_set[dev] = ss;
-    v->mod[dev] = m;
+    v->fn[dev] = f, v->smem_set[dev] = ss, v->mod[dev] = m, g_modules++;
     return 0;
+fail:
+    PyMem_Free(f), PyMem_Free(ss), p_cuModuleUnload(m);
+    return -1;
 }
 
 /* ---- Op ----------------------------------------------------------------------------------- */
-/* like: an input whose shape and dtype an allocated output shares (empty_like); newsrc: one
- * whose dtype it shares (new_empty); -1 when none. */
-typedef struct { int role, optional, rank, dmode, darg, name, like, newsrc; Prog dims[MAXRANK]; } TSig;
-
+typedef struct { int role, optional, rank, dmode, darg, like, newsrc, strided, zero; Prog dims[MAXRANK], strides[MAXRANK]; } TSig;
+typedef struct { int slot, kind, a, b; } Bind;
 typedef struct {
     PyObject_HEAD
-    PyObject *name, *strings, *resolve, *fallback, *grad_hook;
-    int nt, ns, nsym, nout;
+    PyObject *name, *names, *defaults, *hook[4]; /* resolve, fallback, grad_hook, on_error */
+    int nt, ns, nslot, npre, index64, sm_slot, nuser, nbind, nout, user[MAXT + MAXS], stype[MAXS];
     TSig t[MAXT];
-    int stype[MAXT], sname[MAXT];
-    PyObject *dev_table[MAXDEV + 1]; /* slot 0: CPU; tuple of Variants or Py_None (fallback) */
+    Bind bind[MAXBIND];
+    PyObject *dev_table[MAXDEV + 1]; /* slot 0: CPU; a tuple of Variants, or unset */
     int64_t *words;
-    /* last decision, reused when device, dtypes and symbols repeat */
-    int memo_dev, memo_idx, memo_dt[MAXT];
-    int64_t memo_syms[MAXSYM];
+    int memo_dev, memo_idx, memo_dt[MAXT]; /* the last decision, reused while the call's facts repeat */
+    int64_t memo_env[MAXSLOT];
+    char memo_bound[MAXSLOT];
 } Op;
+enum { H_RESOLVE, H_FALLBACK, H_GRAD, H_ERROR };
 
 static void Op_dealloc(PyObject *self) {
     Op *o = (Op *)self;
-    Py_XDECREF(o->name); Py_XDECREF(o->strings); Py_XDECREF(o->resolve); Py_XDECREF(o->fallback); Py_XDECREF(o->grad_hook);
+    Py_XDECREF(o->name); Py_XDECREF(o->names); Py_XDECREF(o->defaults);
+    for (int i = 0; i < 4; i++) Py_XDECREF(o->hook[i]);
     for (int i = 0; i <= MAXDEV; i++) Py_XDECREF(o->dev_table[i]);
     PyMem_Free(o->words);
-    PyTypeObject *tp = Py_TYPE(self);
-    ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
-    Py_DECREF(tp);
+    tp_free_self(self);
 }
 
-/* Op(name, words: bytes, strings: tuple, resolve: callable(dev) -> tuple[Variant] | None,
- *    grad_hook: callable(args) -> result, called instead when autograd must see the call,
- *    fallback: callable(args, miss) -> result: runs the reference, or raises NoKernelError(miss)) */
+/* Op(name, words, names: the calling convention's argument names, defaults: one per scalar (None:
+ *    required), hooks: (resolve(dev) -> (variants, SM count) | None, fallback(bound, rows | None, env),
+ *    grad_hook(bound), on_error(code, index, detail, bound, env))) */
 static PyObject *Op_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
-    PyObject *name, *buf, *strings, *resolve, *fallback, *grad_hook;
-    if (!PyArg_ParseTuple(args, "UOO!OOO:Op", &name, &buf, &PyTuple_Type, &strings, &resolve, &fallback, &grad_hook)) return NULL;
-    Op *o = (Op *)((allocfunc)PyType_GetSlot(tp, Py_tp_alloc))(tp, 0);
-    if (!o) return NULL;
-    Py_INCREF(name); o->name = name;
-    Py_INCREF(strings); o->strings = strings;
-    Py_INCREF(resolve); o->resolve = resolve;
-    Py_INCREF(fallback); o->fallback = fallback;
-    Py_INCREF(grad_hook); o->grad_hook = grad_hook;
-    o->memo_idx = -1;
+    PyObject *name, *buf, *names, *defaults, *hooks;
+    Op *o;
     Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "UOO!O!O!:Op", &name, &buf, &PyTuple_Type, &names, &PyTuple_Type, &defaults, &PyTuple_Type, &hooks)) return NULL;
+    if (PyTuple_Size(hooks) != 4) return PyErr_Format(PyExc_TypeError, "Op: expected 4 hooks");
+    if (!(o = (Op *)tp_alloc(tp))) return NULL;
+    for (int i = 0; i < 4; i++) o->hook[i] = Py_NewRef(PyTuple_GetItem(hooks, i));
+    o->name = Py_NewRef(name), o->names = Py_NewRef(names), o->defaults = Py_NewRef(defaults), o->memo_idx = -1;
     if (!(o->words = copy_words(buf, &n))) goto fail;
     Cur c = {o->words, n, 0, 0};
-    o->nt = (int)next(&c); o->ns = (int)next(&c); o->nsym = (int)next(&c);
-    if (o->nt < 0 || o->nt > MAXT || o->ns < 0 || o->ns > MAXT || o->nsym < 0 || o->nsym > MAXSYM) c.bad = 1;
+    o->nt = (int)nx(&c, 0, MAXT + 1), o->ns = (int)nx(&c, 0, MAXS + 1), o->nslot = (int)nx(&c, 0, MAXSLOT + 1);
+    o->npre = (int)nx(&c, 0, o->nslot + 1), o->index64 = (int)nx(&c, 0, 2), o->sm_slot = (int)nx(&c, -1, o->npre);
+    o->nuser = (int)nx(&c, 0, o->nt + o->ns + 1);
+    for (int i = 0; i < o->nuser && !c.bad; i++) o->user[i] = (int)nx(&c, 0, o->nt + o->ns);
     for (int i = 0; i < o->nt && !c.bad; i++) {
         TSig *t = &o->t[i];
-        t->role = (int)next(&c); t->optional = (int)next(&c); t->rank = (int)next(&c);
-        t->dmode = (int)next(&c); t->darg = (int)next(&c); t->name = (int)next(&c);
-        t->like = (int)next(&c); t->newsrc = (int)next(&c);
-        if (t->like >= MAXT || t->newsrc >= MAXT) c.bad = 1;
-        if (t->rank < 0 || t->rank > MAXRANK) { c.bad = 1; break; }
-        for (int r = 0; r < t->rank; r++) t->dims[r] = next_prog(&c);
-        if (t->role == ROLE_OUT) o->nout++;
+        t->role = (int)nx(&c, 0, 4), t->optional = (int)nx(&c, 0, 2), t->rank = (int)nx(&c, 0, MAXRANK + 1), t->dmode = (int)nx(&c, 0, 3);
+        t->darg = (int)nx(&c, 0, t->dmode == DT_SET ? ((int64_t)1 << NDTYPES) : t->dmode == DT_SAME ? o->nt : NDTYPES);
+        t->like = (int)nx(&c, -1, o->nt), t->newsrc = (int)nx(&c, -1, o->nt), t->strided = (int)nx(&c, 0, 2), t->zero = (int)nx(&c, 0, 2);
+        for (int r = 0; r < t->rank * (1 + t->strided) && !c.bad; r++) *(r < t->rank ? &t->dims[r] : &t->strides[r - t->rank]) = nx_prog(&c, o->nslot);
+        o->nout += t->role == ROLE_OUTPUT;
     }
-    for (int i = 0; i < o->ns && !c.bad; i++) { o->stype[i] = (int)next(&c); o->sname[i] = (int)next(&c); }
-    if (c.bad || c.i != c.n) { PyErr_Format(PyExc_ValueError, "op %U: malformed signature words", name); goto fail; }
-    return (PyObject *)o;
+    for (int i = 0; i < o->nt && !c.bad; i++) c.bad |= o->t[i].dmode == DT_SAME && o->t[o->t[i].darg].dmode != DT_SET; /* flattened */
+    for (int i = 0; i < o->ns && !c.bad; i++) o->stype[i] = (int)nx(&c, 0, NTYPES);
+    o->nbind = (int)nx(&c, 0, MAXBIND + 1);
+    for (int i = 0; i < o->nbind && !c.bad; i++) {
+        Bind *b = &o->bind[i];
+        b->slot = (int)nx(&c, 0, o->npre), b->kind = (int)nx(&c, 0, S_SM_COUNT);
+        b->a = (int)nx(&c, 0, b->kind == S_SCALAR ? o->ns : o->nt), b->b = (int)nx(&c, 0, MAXRANK);
+        c.bad |= (b->kind == S_DIM || b->kind == S_STRIDE) && b->b >= o->t[b->a].rank;
+    }
+    if (!c.bad && c.i == c.n && PyTuple_Size(names) == o->nuser && PyTuple_Size(defaults) == o->ns) return (PyObject *)o;
+    PyErr_Format(g_PackError, "op %U: malformed signature words", name);
 fail:
     Py_DECREF(o);
     return NULL;
 }
 
-static PyObject *ostr(Op *o, int i) { return PyTuple_GetItem(o->strings, i); }
-
+typedef struct { PyObject *obj; int dtype, rank, dev, contiguous; int64_t shape[MAXRANK], stride[MAXRANK]; unsigned long long ptr; } TArg;
+typedef union { int32_t i32; int64_t i64; float f32; double f64; _Bool b; } Slot;
 typedef struct {
-    PyObject *obj; /* borrowed; NULL when None */
-    int dtype, rank, dev, contiguous;
-    int64_t shape[MAXRANK];
-    uint64_t ptr;
-} TArg;
-
-typedef struct {
+    PyObject *a[MAXT + MAXS]; /* bound arguments (borrowed), spec order; NULL: not given */
     TArg t[MAXT];
-    int64_t syms[MAXSYM];
-    char bound[MAXSYM];
-    int dev;
+    Slot scal[MAXS];
+    int64_t env[MAXSLOT];
+    char bound[MAXSLOT];
+    int dev, late;
+    PyObject *owned[MAXT];
 } Call;
 
-static const char *dtype_name(int code) {
-    static const char *n[NDTYPES] = {"float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int32",
-                                     "int64", "int8", "uint8", "bool", "float64", "float8_e8m0fnu"};
-    return code >= 0 && code < NDTYPES ? n[code] : "?";
+/* The call as Python sees it: bound arguments (spec order, None when absent) and slot values. */
+static PyObject *bound_tuple(Op *o, Call *c) {
+    PyObject *t = PyTuple_New(o->nt + o->ns);
+    for (int i = 0; t && i < o->nt + o->ns; i++) PyTuple_SetItem(t, i, Py_NewRef(c->a[i] ? c->a[i] : Py_None));
+    return t;
+}
+static PyObject *env_tuple(Op *o, Call *c) {
+    PyObject *t = PyTuple_New(o->nslot);
+    for (int s = 0; t && s < o->nslot; s++) PyTuple_SetItem(t, s, c->bound[s] ? PyLong_FromLongLong(c->env[s]) : Py_NewRef(Py_None));
+    return t;
 }
 
-static void fmt_shape(char *buf, size_t n, const int64_t *s, int rank) {
-    size_t k = snprintf(buf, n, "(");
-    for (int i = 0; i < rank && k < n; i++) k += snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)s[i]);
-    if (k < n) snprintf(buf + k, n - k, rank == 1 ? ",)" : ")");
+/* Hand a refusal to Python, which raises the error it describes; returns -1. */
+static int refuse(Op *o, Call *c, int code, int index, int64_t detail, PyObject *obj) {
+    PyObject *bound = bound_tuple(o, c), *env = env_tuple(o, c), *d = obj ? Py_NewRef(obj) : PyLong_FromLongLong(detail);
+    PyObject *r = bound && env && d ? PyObject_CallFunction(o->hook[H_ERROR], "iiOOO", code, index, d, bound, env) : NULL;
+    if (r) { Py_DECREF(r); PyErr_SetString(PyExc_RuntimeError, "tkreg: on_error returned"); }
+    Py_XDECREF(bound), Py_XDECREF(env), Py_XDECREF(d);
+    return -1;
 }
 
-static int read_int_tuple(PyObject *tup, int64_t *out, int max, int *n) {
-    Py_ssize_t len = PyTuple_Size(tup);
-    if (len < 0) return -1;
-    if (len > max) { PyErr_Format(PyExc_ValueError, "rank %zd exceeds the launcher's limit %d", len, max); return -1; }
-    for (Py_ssize_t i = 0; i < len; i++) {
-        out[i] = PyLong_AsLongLong(PyTuple_GetItem(tup, i));
-        if (out[i] == -1 && PyErr_Occurred()) return -1;
+/* The calling convention (inputs, scalars, outputs; by position or by name) -> spec order. */
+static int bind_args(Op *o, PyObject *args, PyObject *kw, Call *c) {
+    PyObject *k, *val;
+    Py_ssize_t pos = 0, n = PyTuple_Size(args);
+    memset(c->a, 0, sizeof(PyObject *) * (o->nt + o->ns)), memset(c->owned, 0, sizeof(PyObject *) * o->nt), memset(c->bound, 0, o->nslot);
+    c->dev = -2, c->late = 0;
+    if (n > o->nuser) return refuse(o, c, E_NARGS, -1, n, NULL);
+    for (Py_ssize_t i = 0; i < n; i++) c->a[o->user[i]] = PyTuple_GetItem(args, i);
+    while (kw && PyDict_Next(kw, &pos, &k, &val)) {
+        int j = -1;
+        for (int u = 0; u < o->nuser && j < 0; u++)
+            if (PyTuple_GetItem(o->names, u) == k || (PyUnicode_Check(k) && !PyUnicode_Compare(PyTuple_GetItem(o->names, u), k))) j = u;
+        if (j < 0) return refuse(o, c, E_KWARG, -1, 0, k);
+        if (c->a[o->user[j]]) return refuse(o, c, E_TWICE, o->user[j], 0, NULL);
+        c->a[o->user[j]] = val;
     }
-    *n = (int)len;
+    for (int s = 0; s < o->ns; s++)
+        if (!c->a[o->nt + s] && (c->a[o->nt + s] = PyTuple_GetItem(o->defaults, s)) == Py_None) return refuse(o, c, E_MISSING, o->nt + s, 0, NULL);
+    for (int i = 0; i < o->nt; i++) {
+        if ((o->t[i].role == ROLE_INPUT || o->t[i].role == ROLE_INPLACE) && !o->t[i].optional && (!c->a[i] || c->a[i] == Py_None))
+            return refuse(o, c, c->a[i] ? E_REQUIRED : E_MISSING, i, 0, NULL);
+        if (c->a[i] == Py_None) c->a[i] = NULL;
+    }
     return 0;
 }
 
-/* Read one tensor's facts through its Python attributes (no libtorch). */
-/* Fill `a` through the shim; 0 when this tensor must take the attribute path. */
+/* One tensor's facts through the shim (1), or 0 when it does not apply. */
 static int shim_read(PyObject *x, TArg *a) {
-    if (!g_shim.ok || (Py_TYPE(x) != (PyTypeObject *)g_shim.types[0] && Py_TYPE(x) != (PyTypeObject *)g_shim.types[1]))
-        return 0;
-    void *impl;
-    if (g_shim.direct) {
-        impl = *(void **)((char *)x + sizeof(PyObject));
-    } else {
-        PyObject *cd = PyObject_GetAttr(x, s_cdata);
-        if (!cd) { PyErr_Clear(); return 0; }
-        impl = PyLong_AsVoidPtr(cd);
-        Py_DECREF(cd);
-    }
-    if (!impl) { PyErr_Clear(); return 0; }
-    void *h = &impl; /* an at::Tensor is one TensorImpl* */
-    int64_t dim, *sz, *st;
+    void *impl = NULL, *h = &impl, *ptr; /* an at::Tensor is one TensorImpl* */
+    int64_t dim, *sz, *st, numel = 1, expect = 1;
     int32_t dt, devt, devi;
-    void *ptr;
-    if (g_shim.dim(h, &dim) || dim > MAXRANK || g_shim.device_type(h, &devt) || (devt != g_shim.cpu && devt != g_shim.cuda) ||
-        g_shim.sizes(h, &sz) || g_shim.strides(h, &st) || g_shim.dtype(h, &dt) || g_shim.device_index(h, &devi) ||
-        g_shim.data_ptr(h, &ptr))
-        return 0;
-    a->dtype = -1;
-    for (int d = 0; d < NDTYPES; d++) if (g_shim.scalar_type[d] == dt) { a->dtype = d; break; }
-    if (a->dtype < 0) return 0; /* the attribute path reports it */
-    a->rank = (int)dim;
-    int64_t numel = 1, expect = 1;
-    for (int r = 0; r < a->rank; r++) { a->shape[r] = sz[r]; numel *= sz[r]; }
-    a->contiguous = 1; /* torch's rule: empty tensors and size-1 dims never break contiguity */
-    for (int r = a->rank - 1; r >= 0 && numel > 0; r--) {
-        if (sz[r] != 1 && st[r] != expect) { a->contiguous = 0; break; }
-        expect *= sz[r];
+    if (!g_shim.ok || (Py_TYPE(x) != (PyTypeObject *)g_shim.types[0] && Py_TYPE(x) != (PyTypeObject *)g_shim.types[1])) return 0;
+    if (g_shim.direct) impl = *(void **)((char *)x + sizeof(PyObject));
+    else {
+        PyObject *cd = PyObject_GetAttr(x, g_shim.cdata);
+        impl = cd ? PyLong_AsVoidPtr(cd) : NULL;
+        Py_XDECREF(cd);
     }
-    a->ptr = (uint64_t)(uintptr_t)ptr;
-    a->dev = devt == g_shim.cuda ? devi : -1;
+    if (!impl || g_shim.dim(h, &dim) || dim > MAXRANK || g_shim.devtype(h, &devt) || (devt != g_shim.cpu && devt != g_shim.cuda) ||
+        g_shim.sizes(h, &sz) || g_shim.strides(h, &st) || g_shim.dtype(h, &dt) || g_shim.devidx(h, &devi) || g_shim.data_ptr(h, &ptr))
+        return PyErr_Clear(), 0;
+    a->dtype = -1;
+    for (int d = 0; d < NDTYPES; d++) a->dtype = g_shim.scalar_type[d] == dt ? d : a->dtype;
+    if (a->dtype < 0) return 0; /* Python reports it */
+    a->rank = (int)dim, a->contiguous = 1, a->ptr = (uintptr_t)ptr, a->dev = devt == g_shim.cuda ? devi : -1;
+    for (int r = 0; r < a->rank; r++) a->shape[r] = sz[r], a->stride[r] = st[r], numel *= sz[r];
+    for (int r = a->rank - 1; r >= 0 && numel > 0; expect *= sz[r--]) /* torch's rule: size-1 dims never break it */
+        if (sz[r] != 1 && st[r] != expect) { a->contiguous = 0; break; }
     return 1;
 }
 
-static int read_tensor(Op *o, int i, PyObject *x, TArg *a) {
+static int read_tensor(Op *o, Call *c, int i, PyObject *x, TArg *a) {
     if (shim_read(x, a)) return 0;
-    PyObject *argname = ostr(o, o->t[i].name);
-    PyObject *dt = PyObject_GetAttr(x, s_dtype);
-    if (!dt) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%U: argument `%U` must be a torch.Tensor, got %R", o->name, argname,
-                     (PyObject *)Py_TYPE(x));
-        return -1;
-    }
-    a->dtype = -1;
-    for (int d = 0; d < NDTYPES; d++) if (g_dtypes[d] == dt) { a->dtype = d; break; }
-    if (a->dtype < 0) {
-        PyErr_Format(PyExc_TypeError, "%U: argument `%U` has dtype %R, which no tkreg kernel takes", o->name, argname, dt);
-        Py_DECREF(dt);
-        return -1;
-    }
-    Py_DECREF(dt);
-    PyObject *shape = PyObject_CallFunctionObjArgs(m_size, x, NULL);
-    if (!shape) return -1;
-    int r = read_int_tuple(shape, a->shape, MAXRANK, &a->rank);
-    Py_DECREF(shape);
-    if (r) return -1;
-    PyObject *cont = PyObject_CallFunctionObjArgs(m_is_contiguous, x, NULL);
-    if (!cont) return -1;
-    a->contiguous = cont == Py_True;
-    Py_DECREF(cont);
-    PyObject *p = PyObject_CallFunctionObjArgs(m_data_ptr, x, NULL);
-    if (!p) return -1;
-    a->ptr = PyLong_AsUnsignedLongLong(p);
-    Py_DECREF(p);
-    if (PyErr_Occurred()) return -1;
-    PyObject *dv = PyObject_CallFunctionObjArgs(m_get_device, x, NULL);
-    if (!dv) return -1;
-    a->dev = (int)PyLong_AsLong(dv);
-    Py_DECREF(dv);
-    return PyErr_Occurred() ? -1 : 0;
+    PyObject *d = PyObject_CallFunctionObjArgs(g_describe, x, NULL), *sz, *st; /* tkreg.native.describe */
+    int code = !d ? -1 : d == Py_None ? E_NOT_TENSOR : PyTuple_Size(d) == 1 ? E_DTYPE_UNKNOWN : 0;
+    if (!code && !PyArg_ParseTuple(d, "iO!O!iKi", &a->dtype, &PyTuple_Type, &sz, &PyTuple_Type, &st, &a->contiguous, &a->ptr, &a->dev)) code = -1;
+    if (!code && (a->rank = (int)PyTuple_Size(sz)) > MAXRANK) code = -1, PyErr_Format(PyExc_ValueError, "rank %d exceeds %d", a->rank, MAXRANK);
+    for (int r = 0; !code && r < a->rank; r++) a->shape[r] = PyLong_AsLongLong(PyTuple_GetItem(sz, r)), a->stride[r] = PyLong_AsLongLong(PyTuple_GetItem(st, r));
+    Py_XDECREF(d);
+    return code > 0 ? refuse(o, c, code, i, 0, NULL) : code || PyErr_Occurred() ? -1 : 0;
 }
 
 static int expected_dtype(Op *o, Call *c, int i) {
     TSig *t = &o->t[i];
-    if (t->dmode == DT_FIXED) return t->darg;
-    if (t->dmode == DT_SAME) return c->t[t->darg].obj ? c->t[t->darg].dtype : expected_dtype(o, c, t->darg);
-    return -1;
+    return c->t[i].obj ? c->t[i].dtype : t->dmode == DT_FIXED ? t->darg : t->dmode == DT_SAME && c->t[t->darg].obj ? c->t[t->darg].dtype : -1;
 }
 
-/* Everything that can be checked without the GPU, in the order a user would want to hear it. */
-static int validate(Op *o, PyObject *args, Call *c) {
-    Py_ssize_t nargs = PyTuple_Size(args);
-    if (nargs != o->nt + o->ns) {
-        PyErr_Format(PyExc_TypeError, "%U takes %d arguments (tensors then scalars), got %zd", o->name, o->nt + o->ns, nargs);
-        return -1;
+/* A program's value, or a refusal naming argument i (detail r) when it cannot be evaluated. */
+static int eval_or_refuse(Op *o, Call *c, Prog p, int i, int r, int64_t *out) {
+    int rc = prog_eval(p, c->env, c->bound, out);
+    return rc ? refuse(o, c, rc == -1 ? E_UNBOUND : E_EVAL, i, r, NULL) : 0;
+}
+
+static int check_dims(Op *o, Call *c, int i) {
+    int64_t want;
+    for (int r = 0; r < o->t[i].rank; r++) {
+        if (o->t[i].role == ROLE_OUTPUT && prog_eval(o->t[i].dims[r], c->env, c->bound, &want) == -1) { c->late = 1; continue; }
+        if (eval_or_refuse(o, c, o->t[i].dims[r], i, r, &want)) return -1;
+        if (c->t[i].shape[r] != want) return refuse(o, c, E_SHAPE, i, r, NULL);
     }
-    c->dev = -2;
-    memset(c->bound, 0, sizeof c->bound);
+    return 0;
+}
+
+/* Everything that can be checked without the GPU, in the order a user wants to hear it. */
+static int validate(Op *o, Call *c) {
     for (int i = 0; i < o->nt; i++) {
-        PyObject *x = PyTuple_GetItem(args, i);
-        TArg *a = &c->t[i];
-        a->obj = NULL;
-        if (x == Py_None) {
-            if (o->t[i].role == ROLE_IN || o->t[i].role == ROLE_INPLACE) {
-                if (!o->t[i].optional) {
-                    PyErr_Format(PyExc_TypeError, "%U: argument `%U` is required, got None", o->name, ostr(o, o->t[i].name));
-                    return -1;
-                }
-            }
-            continue;
-        }
-        if (read_tensor(o, i, x, a)) return -1;
-        a->obj = x;
+        c->t[i].obj = NULL;
+        if (c->a[i] && read_tensor(o, c, i, c->a[i], &c->t[i])) return -1;
+        c->t[i].obj = c->a[i];
     }
-    /* dtypes */
+    for (int s = 0; s < o->ns; s++) {
+        PyObject *x = c->a[o->nt + s];
+        Slot *v = &c->scal[s];
+        int t = o->stype[s], b = 0;
+        v->i64 = 0;
+        if (t == T_FLOAT64) v->f64 = PyFloat_AsDouble(x);
+        else if (t == T_FLOAT32) v->f32 = (float)PyFloat_AsDouble(x);
+        else if (t == T_BOOL) v->b = (b = PyObject_IsTrue(x)) > 0;
+        else v->i64 = PyLong_AsLongLong(x);
+        if (PyErr_Occurred() || b < 0 || (t == T_INT32 && v->i64 != (int32_t)v->i64)) return PyErr_Clear(), refuse(o, c, E_SCALAR, o->nt + s, 0, NULL);
+        if (t == T_INT32) v->i32 = (int32_t)v->i64;
+    }
     for (int i = 0; i < o->nt; i++) {
-        TArg *a = &c->t[i];
-        if (!a->obj) continue;
         TSig *t = &o->t[i];
-        int ok = t->dmode == DT_SET ? (a->dtype < 63 && ((t->darg >> a->dtype) & 1)) : a->dtype == expected_dtype(o, c, i);
-        if (!ok) {
-            char want[256] = "";
-            if (t->dmode == DT_SET) {
-                size_t k = 0;
-                for (int d = 0; d < NDTYPES; d++)
-                    if ((t->darg >> d) & 1) k += snprintf(want + k, sizeof want - k, "%storch.%s", k ? " or " : "", dtype_name(d));
-            } else {
-                snprintf(want, sizeof want, "torch.%s%s%s", dtype_name(expected_dtype(o, c, i)),
-                         t->dmode == DT_SAME ? ", the dtype of " : "", "");
-            }
-            if (t->dmode == DT_SAME)
-                PyErr_Format(PyExc_TypeError, "%U: argument `%U` has dtype torch.%s; expected %s`%U`", o->name,
-                             ostr(o, t->name), dtype_name(a->dtype), want, ostr(o, o->t[t->darg].name));
-            else
-                PyErr_Format(PyExc_TypeError, "%U: argument `%U` has dtype torch.%s; expected %s", o->name,
-                             ostr(o, t->name), dtype_name(a->dtype), want);
-            return -1;
-        }
-    }
-    /* ranks, then bind symbols from bare-symbol dims of inputs */
-    for (int i = 0; i < o->nt; i++) {
         TArg *a = &c->t[i];
-        if (a->obj && a->rank != o->t[i].rank) {
-            char got[160];
-            fmt_shape(got, sizeof got, a->shape, a->rank);
-            PyErr_Format(PyExc_ValueError, "%U: argument `%U` must have %d dims, got shape %s", o->name,
-                         ostr(o, o->t[i].name), o->t[i].rank, got);
-            return -1;
-        }
+        if (a->obj && (t->dmode == DT_SET ? !((t->darg >> a->dtype) & 1) : t->dmode == DT_FIXED ? a->dtype != t->darg
+                       : c->t[t->darg].obj && a->dtype != c->t[t->darg].dtype))
+            return refuse(o, c, E_DTYPE, i, 0, NULL);
+    }
+    for (int i = 0; i < o->nt; i++)
+        if (c->t[i].obj && c->t[i].rank != o->t[i].rank) return refuse(o, c, E_RANK, i, 0, NULL);
+    for (int k = 0; k < o->nbind; k++) {
+        Bind *b = &o->bind[k];
+        TArg *a = &c->t[b->a];
+        if (c->bound[b->slot] || ((b->kind == S_DIM || b->kind == S_STRIDE) && !a->obj)) continue;
+        c->env[b->slot] = b->kind == S_DIM ? a->shape[b->b] : b->kind == S_STRIDE ? a->stride[b->b] : b->kind == S_PRESENT ? a->obj != NULL
+                          : o->stype[b->a] == T_INT32 ? c->scal[b->a].i32 : o->stype[b->a] == T_BOOL ? c->scal[b->a].b : c->scal[b->a].i64;
+        c->bound[b->slot] = 1;
     }
     for (int i = 0; i < o->nt; i++) {
         TArg *a = &c->t[i];
-        TSig *t = &o->t[i];
-        if (!a->obj || t->role == ROLE_OUT || t->role == ROLE_SCRATCH) continue;
-        for (int r = 0; r < t->rank; r++) {
-            Prog p = t->dims[r];
-            if (p.n == 2 && p.code[0] == OP_SYM && !c->bound[p.code[1]]) {
-                c->syms[p.code[1]] = a->shape[r];
-                c->bound[p.code[1]] = 1;
-            }
-        }
-    }
-    for (int s = 0; s < o->nsym; s++)
-        if (!c->bound[s]) {
-            PyErr_Format(PyExc_ValueError, "%U: cannot infer every size: an input that defines one is None", o->name);
-            return -1;
-        }
-    for (int i = 0; i < o->nt; i++) {
-        TArg *a = &c->t[i];
-        TSig *t = &o->t[i];
+        int64_t numel = 1, want;
         if (!a->obj) continue;
-        for (int r = 0; r < t->rank; r++) {
-            int64_t want;
-            if (prog_eval(t->dims[r], c->syms, c->bound, &want)) {
-                PyErr_Format(PyExc_ValueError, "%U: cannot evaluate the size of `%U` dim %d", o->name, ostr(o, t->name), r);
-                return -1;
-            }
-            if (a->shape[r] != want) {
-                char got[160], exp[160];
-                int64_t e[MAXRANK];
-                for (int q = 0; q < t->rank; q++) if (prog_eval(t->dims[q], c->syms, c->bound, &e[q])) e[q] = -1;
-                fmt_shape(got, sizeof got, a->shape, a->rank);
-                fmt_shape(exp, sizeof exp, e, t->rank);
-                PyErr_Format(PyExc_ValueError, "%U: argument `%U` has shape %s; expected %s from the other arguments (dim %d differs)",
-                             o->name, ostr(o, t->name), got, exp, r);
-                return -1;
-            }
-        }
-    }
-    /* layout: row-major contiguous (torch's is_contiguous()), 16-byte aligned */
-    for (int i = 0; i < o->nt; i++) {
-        TArg *a = &c->t[i];
-        if (!a->obj) continue;
-        int64_t numel = 1;
+        if (check_dims(o, c, i)) return -1;
         for (int r = 0; r < a->rank; r++) numel *= a->shape[r];
-        if (!a->contiguous) {
-            char s[160] = "?";
-            int64_t st[MAXRANK];
-            int n;
-            PyObject *t = PyObject_CallFunctionObjArgs(m_stride, a->obj, NULL);
-            if (t && !read_int_tuple(t, st, MAXRANK, &n)) fmt_shape(s, sizeof s, st, n);
-            Py_XDECREF(t);
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "%U: argument `%U` must be contiguous (row-major), got strides %s; call .contiguous() first",
-                         o->name, ostr(o, o->t[i].name), s);
-            return -1;
+        for (int r = 0; r < a->rank && o->t[i].strided && numel > 0; r++) {
+            if (a->shape[r] != 1 && eval_or_refuse(o, c, o->t[i].strides[r], i, r, &want)) return -1;
+            if (a->shape[r] != 1 && a->stride[r] != want) return refuse(o, c, E_STRIDE, i, r, NULL);
         }
-        if (numel > 0 && a->ptr % 16) {
-            PyErr_Format(PyExc_ValueError, "%U: argument `%U` data pointer is not 16-byte aligned (offset %d); "
-                         "kernels load 16 bytes at a time: pass a tensor that starts at an aligned address (e.g. .clone())",
-                         o->name, ostr(o, o->t[i].name), (int)(a->ptr % 16));
-            return -1;
-        }
-        if (numel > INT32_MAX) {
-            PyErr_Format(PyExc_ValueError, "%U: argument `%U` has %lld elements; the kernels index with int32 (max %d)",
-                         o->name, ostr(o, o->t[i].name), (long long)numel, INT32_MAX);
-            return -1;
-        }
+        if (!o->t[i].strided && !a->contiguous) return refuse(o, c, E_CONTIGUOUS, i, 0, NULL);
+        if (numel > 0 && a->ptr % 16) return refuse(o, c, E_ALIGN, i, (int64_t)(a->ptr % 16), NULL);
+        if (!o->index64 && numel > INT32_MAX) return refuse(o, c, E_NUMEL32, i, numel, NULL);
     }
-    for (int s = 0; s < o->nsym; s++)
-        if (c->syms[s] > INT32_MAX) {
-            PyErr_Format(PyExc_ValueError, "%U: a size is %lld, over the int32 range the kernels take", o->name, (long long)c->syms[s]);
-            return -1;
-        }
-    /* one CUDA device (checked last so CPU tensors exercise every check above) */
-    for (int i = 0; i < o->nt; i++) {
-        TArg *a = &c->t[i];
-        if (!a->obj) continue;
-        if (c->dev == -2) c->dev = a->dev;
-        else if (a->dev != c->dev) {
-            char d1[32], d2[32];
-            snprintf(d1, sizeof d1, a->dev < 0 ? "cpu" : "cuda:%d", a->dev);
-            snprintf(d2, sizeof d2, c->dev < 0 ? "cpu" : "cuda:%d", c->dev);
-            PyErr_Format(PyExc_ValueError, "%U: argument `%U` is on %s but earlier arguments are on %s; all must share one CUDA device",
-                         o->name, ostr(o, o->t[i].name), d1, d2);
-            return -1;
-        }
+    for (int k = 0; k < o->nbind && !o->index64; k++)
+        if (o->bind[k].kind == S_DIM && c->bound[o->bind[k].slot] && c->env[o->bind[k].slot] > INT32_MAX) return refuse(o, c, E_SIZE32, o->bind[k].a, c->env[o->bind[k].slot], NULL);
+    for (int i = 0; i < o->nt; i++) { /* one device, checked last so CPU tensors exercise every check above */
+        if (c->t[i].obj && c->dev != -2 && c->t[i].dev != c->dev) return refuse(o, c, E_DEVICE, i, c->dev, NULL);
+        if (c->t[i].obj) c->dev = c->t[i].dev;
     }
-    if (c->dev >= MAXDEV) { PyErr_Format(PyExc_ValueError, "%U: device index %d over the launcher's limit", o->name, c->dev); return -1; }
-    return 0;
+    return c->dev >= MAXDEV ? refuse(o, c, E_MAX_DEVICE, -1, c->dev, NULL) : 0;
 }
 
-/* 1 when grad mode is on and an input requires grad: autograd must record this call, which the
- * fast path cannot do, so Python's hook routes it (or refuses it).  -1 on error. */
+/* 1 when grad mode is on and an input requires grad: autograd must record the call, which the
+ * fast path cannot, so Python's hook routes it (or refuses it).  -1 on error. */
 static int needs_autograd(Op *o, Call *c) {
-    int on;
-    if (g_shim.ok && g_shim.grad_enabled) {
-        on = g_shim.grad_enabled();
-    } else {
-        PyObject *r = g_is_grad_enabled ? PyObject_CallObject(g_is_grad_enabled, NULL) : NULL;
-        if (!r) { PyErr_Clear(); return 0; }
-        on = r == Py_True;
+    PyObject *r = NULL;
+    int on = 0, yes = 0;
+    if (g_shim.ok && g_shim.grad_on) on = g_shim.grad_on();
+    else if ((r = PyObject_CallObject(g_grad_on, NULL))) on = r == Py_True, Py_DECREF(r);
+    else PyErr_Clear();
+    for (int i = 0; on && !yes && i < o->nt; i++) {
+        if (!c->t[i].obj || (o->t[i].role != ROLE_INPUT && o->t[i].role != ROLE_INPLACE)) continue;
+        if (!(r = PyObject_GetAttr(c->t[i].obj, s_requires_grad))) return -1;
+        yes = r == Py_True;
         Py_DECREF(r);
     }
-    if (!on) return 0;
-    for (int i = 0; i < o->nt; i++) {
-        if (!c->t[i].obj || (o->t[i].role != ROLE_IN && o->t[i].role != ROLE_INPLACE)) continue;
-        PyObject *r = PyObject_GetAttr(c->t[i].obj, s_requires_grad);
-        if (!r) return -1;
-        int yes = r == Py_True;
-        Py_DECREF(r);
-        if (yes) return 1;
-    }
-    return 0;
+    return yes;
 }
 
 /* The variants for the call's device (cached), or Py_None when the fallback runs.  Borrowed. */
 static PyObject *device_table(Op *o, int dev) {
-    int slot = dev < 0 ? 0 : dev + 1;
-    if (!o->dev_table[slot]) {
-        PyObject *t = PyObject_CallFunction(o->resolve, "i", dev);
-        if (!t) return NULL;
-        if (t == Py_None) { Py_DECREF(t); return Py_None; } /* fallback: asked again next call */
-        if (!PyTuple_Check(t)) { Py_DECREF(t); PyErr_SetString(PyExc_TypeError, "resolve must return a tuple or None"); return NULL; }
-        o->dev_table[slot] = t;
+    int slot = dev < 0 ? 0 : dev + 1, fits = 1;
+    if (o->dev_table[slot]) return o->dev_table[slot];
+    PyObject *got = PyObject_CallFunction(o->hook[H_RESOLVE], "i", dev), *t; /* Python: the GIL may drop here */
+    if (!got || got == Py_None) return Py_XDECREF(got), got ? Py_None : NULL; /* fallback: asked again next call */
+    if (!PyArg_ParseTuple(got, "O!L", &PyTuple_Type, &t, &g_sm[slot])) return Py_DECREF(got), NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(t); i++) { /* assemble.py built both from one spec: a cheap guard */
+        Variant *v = (Variant *)PyTuple_GetItem(t, i);
+        fits &= Py_TYPE(v) == (PyTypeObject *)g_VariantType && v->nt == o->nt && v->ns == o->ns && v->nslot == o->nslot;
     }
-    return o->dev_table[slot];
+    if (!fits) PyErr_Format(g_PackError, "%U: a variant's plan does not match the op's signature", o->name);
+    else if (!o->dev_table[slot]) o->dev_table[slot] = Py_NewRef(t); /* unless another thread resolved it meanwhile */
+    Py_DECREF(got);
+    return fits ? o->dev_table[slot] : NULL;
 }
 
-/* Does variant v accept the call?  On rejection, *why (if given) gets a new str. */
-static int accepts(Op *o, Variant *v, Call *c, PyObject **why) {
-    for (int i = 0; i < o->nt && i < v->nt; i++) {
-        int d = c->t[i].obj ? c->t[i].dtype : expected_dtype(o, c, i);
-        if (v->dtypes[i] >= 0 && d >= 0 && d != v->dtypes[i]) {
-            if (why) *why = PyUnicode_FromFormat("`%U` is %s, variant takes %s", ostr(o, o->t[i].name), dtype_name(d), dtype_name(v->dtypes[i]));
-            return 0;
-        }
+/* R_ACCEPTED, or why v passes over the call (*idx: the tensor or constraint). */
+static int accepts(Op *o, Variant *v, Call *c, int *idx) {
+    int64_t r;
+    for (int i = 0; i < o->nt; i++) {
+        int d = expected_dtype(o, c, i);
+        if (v->dtypes[i] >= 0 && d >= 0 && d != v->dtypes[i]) return *idx = i, R_DTYPE;
     }
-    for (int k = 0; k < v->ncons; k++) {
-        int64_t r;
-        if (prog_eval(v->cons[k].prog, c->syms, c->bound, &r) || !r) {
-            if (why) *why = PyUnicode_FromFormat("needs %U", vstr(v, v->cons[k].text));
-            return 0;
-        }
-    }
-    if (why) *why = PyUnicode_FromString("accepted");
-    return 1;
+    for (int k = 0; k < v->ntma; k++)
+        if (!c->t[v->tma[k].tensor].obj && (o->t[v->tma[k].tensor].role == ROLE_INPUT || o->t[v->tma[k].tensor].role == ROLE_INPLACE))
+            return *idx = v->tma[k].tensor, R_ABSENT;
+    for (int k = 0; k < v->ncons; k++)
+        if (prog_eval(v->cons[k], c->env, c->bound, &r) || !r) return *idx = k, R_RULE;
+    return R_ACCEPTED;
 }
 
-/* The "no variant accepts" message: every candidate and why it was passed over (new ref). */
-static PyObject *no_kernel_message(Op *o, PyObject *table, Call *c) {
-    PyObject *lines = PyUnicode_FromString("");
-    char syms[512] = "";
-    for (Py_ssize_t i = 0; i < PyTuple_Size(table) && lines; i++) {
-        Variant *v = (Variant *)PyTuple_GetItem(table, i);
-        PyObject *why = NULL;
-        accepts(o, v, c, &why);
-        PyObject *line = why ? PyUnicode_FromFormat("\n  %U: %U", v->key, why) : NULL;
-        Py_XDECREF(why);
-        PyObject *joined = line ? PyUnicode_Concat(lines, line) : NULL;
-        Py_XDECREF(line);
-        Py_DECREF(lines);
-        lines = joined;
+static PyObject *reject_rows(Op *o, PyObject *table, Call *c) {
+    PyObject *rows = PyTuple_New(PyTuple_Size(table));
+    for (Py_ssize_t i = 0; rows && i < PyTuple_Size(table); i++) {
+        PyObject *v = PyTuple_GetItem(table, i);
+        int idx = -1, why = accepts(o, (Variant *)v, c, &idx);
+        PyTuple_SetItem(rows, i, Py_BuildValue("(Oii)", v, why, idx));
     }
-    if (!lines) return NULL;
-    size_t k = 0;
-    for (int s = 0; s < o->nsym && k < sizeof syms; s++) k += snprintf(syms + k, sizeof syms - k, "%s%lld", s ? ", " : "", (long long)c->syms[s]);
-    PyObject *msg = PyUnicode_FromFormat("%U: no variant accepts these arguments (sizes %s); candidates:%U\n"
-                                         "Set TKREG_FALLBACK=reference to run the torch reference instead.", o->name, syms, lines);
-    Py_DECREF(lines);
-    return msg;
+    return rows;
 }
 
 static int select_variant(Op *o, PyObject *table, Call *c) {
-    int dt[MAXT];
-    for (int i = 0; i < o->nt; i++) dt[i] = c->t[i].obj ? c->t[i].dtype : expected_dtype(o, c, i);
+    int dt[MAXT], idx;
+    for (int i = 0; i < o->nt; i++) dt[i] = expected_dtype(o, c, i);
     if (o->memo_idx >= 0 && o->memo_dev == c->dev && !memcmp(o->memo_dt, dt, sizeof(int) * o->nt) &&
-        !memcmp(o->memo_syms, c->syms, sizeof(int64_t) * o->nsym))
+        !memcmp(o->memo_bound, c->bound, o->npre) && !memcmp(o->memo_env, c->env, sizeof(int64_t) * o->npre))
         return o->memo_idx;
     for (Py_ssize_t i = 0; i < PyTuple_Size(table); i++)
-        if (accepts(o, (Variant *)PyTuple_GetItem(table, i), c, NULL)) {
-            o->memo_dev = c->dev; o->memo_idx = (int)i;
-            memcpy(o->memo_dt, dt, sizeof(int) * o->nt);
-            memcpy(o->memo_syms, c->syms, sizeof(int64_t) * o->nsym);
+        if (accepts(o, (Variant *)PyTuple_GetItem(table, i), c, &idx) == R_ACCEPTED) {
+            o->memo_dev = c->dev, o->memo_idx = (int)i;
+            memcpy(o->memo_dt, dt, sizeof(int) * o->nt), memcpy(o->memo_bound, c->bound, o->npre), memcpy(o->memo_env, c->env, sizeof(int64_t) * o->npre);
             return (int)i;
         }
     return -1;
 }
 
-/* Outputs the caller did not pass: torch.empty_like / new_empty of an input where the spec
- * allows (the cheapest allocations torch offers), else torch.empty(shape, dtype, device). */
-static int allocate(Op *o, Call *c, PyObject **owned) {
+/* Outputs the caller did not pass, and the scratch the variant uses: empty_like / new_empty of an
+ * input where the spec allows (the cheapest allocations torch has), else torch.empty. */
+static int allocate(Op *o, Variant *v, Call *c) {
     for (int i = 0; i < o->nt; i++) {
-        if (c->t[i].obj || o->t[i].role == ROLE_IN || o->t[i].role == ROLE_INPLACE) continue;
         TSig *t = &o->t[i];
-        int dt = expected_dtype(o, c, i);
-        if (dt < 0) { PyErr_Format(PyExc_TypeError, "%U: cannot tell the dtype of `%U`; pass it", o->name, ostr(o, t->name)); return -1; }
+        TArg *a = &c->t[i];
+        if (a->obj || t->role == ROLE_INPUT || t->role == ROLE_INPLACE || (t->role == ROLE_SCRATCH && !((v->uses >> i) & 1))) continue;
+        int dt = expected_dtype(o, c, i) >= 0 ? expected_dtype(o, c, i) : v->dtypes[i];
+        PyObject *x = NULL, *shape = NULL, *kw = NULL, *args = NULL;
+        if (dt < 0) return refuse(o, c, E_OUT_DTYPE, i, 0, NULL);
         for (int r = 0; r < t->rank; r++)
-            if (prog_eval(t->dims[r], c->syms, c->bound, &c->t[i].shape[r])) { PyErr_SetString(PyExc_ValueError, "bad output shape"); return -1; }
-        PyObject *x;
-        if (t->like >= 0 && c->t[t->like].obj) {
-            x = PyObject_CallFunctionObjArgs(m_empty_like, c->t[t->like].obj, NULL);
-        } else {
-            PyObject *shape = PyTuple_New(t->rank);
-            if (!shape) return -1;
-            for (int r = 0; r < t->rank; r++) PyTuple_SetItem(shape, r, PyLong_FromLongLong(c->t[i].shape[r]));
-            if (t->newsrc >= 0 && c->t[t->newsrc].obj) {
-                x = PyObject_CallFunctionObjArgs(m_new_empty, c->t[t->newsrc].obj, shape, NULL);
-            } else {
-                PyObject *kw = Py_BuildValue("{sOsi}", "dtype", g_dtypes[dt], "device", c->dev);
-                PyObject *a = kw ? PyTuple_Pack(1, shape) : NULL;
-                x = a ? PyObject_Call(g_empty, a, kw) : NULL;
-                Py_XDECREF(kw); Py_XDECREF(a);
-            }
-            Py_DECREF(shape);
+            if (eval_or_refuse(o, c, t->dims[r], i, r, &a->shape[r])) return -1;
+        if (t->like >= 0 && c->t[t->like].obj) x = PyObject_CallFunctionObjArgs(g_empty_like, c->t[t->like].obj, NULL);
+        else if (!(shape = PyTuple_New(t->rank))) return -1;
+        for (int r = 0; shape && r < t->rank; r++) PyTuple_SetItem(shape, r, PyLong_FromLongLong(a->shape[r]));
+        if (shape && t->newsrc >= 0 && c->t[t->newsrc].obj) x = PyObject_CallFunctionObjArgs(g_new_empty, c->t[t->newsrc].obj, shape, NULL);
+        else if (shape) {
+            kw = Py_BuildValue("{sOsi}", "dtype", g_dtypes[dt], "device", c->dev), args = kw ? PyTuple_Pack(1, shape) : NULL;
+            x = args ? PyObject_Call(g_empty, args, kw) : NULL;
         }
-        if (!x) return -1;
-        owned[i] = x;
-        PyObject *p = PyObject_CallFunctionObjArgs(m_data_ptr, x, NULL);
-        if (!p) return -1;
-        c->t[i].ptr = PyLong_AsUnsignedLongLong(p);
-        Py_DECREF(p);
-        c->t[i].obj = x;
-        c->t[i].dtype = dt;
-        c->t[i].rank = t->rank;
-        c->t[i].dev = c->dev;
+        Py_XDECREF(shape), Py_XDECREF(kw), Py_XDECREF(args);
+        if (!(c->owned[i] = x) || read_tensor(o, c, i, x, a)) return -1;
+        a->obj = x;
     }
     return 0;
 }
 
-typedef union { uint64_t u64; int32_t i32; int64_t i64; float f32; double f64; } Slot;
-
-/* bench_op's probe: when > 0, launch() also times this many bare cuLaunchKernel calls of its
- * first kernel with the call's own parameters (the driver cost of exactly this launch). */
-static int g_probe_n;
-static double g_probe_us;
-static double now_us(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e6 + t.tv_nsec / 1e3; }
-
-static int launch(Op *o, Variant *v, Call *c, PyObject *args) {
-    CUtensorMap maps[MAXTMA];
-    Slot slots[MAXP];
-    void *pp[MAXP];
-    Slot scal[MAXT];
-    for (int s = 0; s < o->ns; s++) {
-        PyObject *x = PyTuple_GetItem(args, o->nt + s);
-        switch (o->stype[s]) {
-        case T_F32: scal[s].f32 = (float)PyFloat_AsDouble(x); break;
-        case T_F64: scal[s].f64 = PyFloat_AsDouble(x); break;
-        case T_I32: scal[s].i32 = (int32_t)PyLong_AsLong(x); break;
-        case T_I64: scal[s].i64 = PyLong_AsLongLong(x); break;
-        default: { int b = PyObject_IsTrue(x); if (b < 0) return -1; scal[s].i32 = b; }
-        }
-        if (PyErr_Occurred()) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "%U: scalar `%U` must be a number, got %R", o->name, ostr(o, o->sname[s]), x);
-            return -1;
-        }
-    }
+/* Launch every kernel of v (or, with `capture`, list what each launch would be: Op.pack). */
+static int launch(Op *o, Variant *v, Call *c, PyObject *capture) {
     CUstream stream;
-    void *sp;
-    if (g_shim.ok && g_shim.stream && g_shim.stream(c->dev, &sp) == 0) {
-        stream = (CUstream)sp;
-    } else {
-        PyObject *devnum = PyLong_FromLong(c->dev); /* small ints are cached: no allocation */
-        PyObject *stream_obj = devnum ? PyObject_CallFunctionObjArgs(g_get_stream, devnum, NULL) : NULL;
-        Py_XDECREF(devnum);
-        if (!stream_obj) return -1;
-        stream = (CUstream)(uintptr_t)PyLong_AsUnsignedLongLong(stream_obj);
-        Py_DECREF(stream_obj);
-        if (PyErr_Occurred()) return -1;
-    }
-
-    if (cuda_load()) return -1;
     CUcontext prev = NULL;
-    if (ctx_enter(c->dev, &prev, o->name)) return -1;
+    CUresult r;
+    void *sp;
     int rc = -1;
+    if (g_shim.ok && g_shim.stream && g_shim.stream(c->dev, &sp) == 0) stream = (CUstream)sp;
+    else {
+        PyObject *s = PyObject_CallFunction(g_get_stream, "i", c->dev);
+        stream = s ? (CUstream)(uintptr_t)PyLong_AsUnsignedLongLong(s) : NULL;
+        Py_XDECREF(s);
+        if (!s || PyErr_Occurred()) return -1;
+    }
+    if (cuda_load() || ctx_enter(c->dev, &prev, o->name)) return -1;
     if (variant_load(v, c->dev, o->name)) goto out;
+    for (int i = 0; i < o->nt; i++) { /* zero-filled scratch, on the stream the kernels run on */
+        size_t bytes = o->t[i].zero && c->owned[i] ? ELEM_SIZE[c->t[i].dtype] : 0;
+        for (int d = 0; d < c->t[i].rank && bytes; d++) bytes *= (size_t)c->t[i].shape[d];
+        if (bytes && (r = p_cuMemsetD8Async((CUdeviceptr)c->t[i].ptr, 0, bytes, stream))) {
+            cu_fail(r, o->name, v->key, "cuMemsetD8Async");
+            goto out;
+        }
+    }
     for (int k = 0; k < v->nkern; k++) {
         Kernel *K = &v->kern[k];
-        int64_t g[3], smem;
-        for (int j = 0; j < 3; j++)
-            if (prog_eval(K->grid[j], c->syms, c->bound, &g[j])) { PyErr_Format(PyExc_ValueError, "%U[%U]: bad grid program", o->name, v->key); goto out; }
-        if (prog_eval(K->smem, c->syms, c->bound, &smem)) { PyErr_Format(PyExc_ValueError, "%U[%U]: bad smem program", o->name, v->key); goto out; }
+        int64_t g[3], smem, x;
+        _Alignas(64) unsigned char buf[PBUF];
+        void *pp[MAXP];
+        for (int j = 0; j < 4; j++)
+            if (eval_or_refuse(o, c, j < 3 ? K->grid[j] : K->smem, -1, k, j < 3 ? &g[j] : &smem)) goto out;
         if (g[0] <= 0 || g[1] <= 0 || g[2] <= 0) continue; /* empty problem (e.g. M = 0): nothing to launch */
-        for (int j = 0; j < K->nparams; j++) {
-            Param *P = &K->params[j];
-            switch (P->kind) {
-            case P_PTR: slots[j].u64 = c->t[P->index].obj ? c->t[P->index].ptr : 0; pp[j] = &slots[j]; break;
-            case P_SYM:
-                if (P->type == T_I64) slots[j].i64 = c->syms[P->index]; else slots[j].i32 = (int32_t)c->syms[P->index];
-                pp[j] = &slots[j]; break;
-            case P_SCALAR: pp[j] = &scal[P->index]; break;
-            case P_TMA: {
+        for (int j = 0; j < K->np; j++) {
+            Param *P = &K->p[j];
+            unsigned char *dst = pp[j] = buf + P->off;
+            if (P->kind == P_PTR) { unsigned long long u = c->t[P->index].obj ? c->t[P->index].ptr : 0; memcpy(dst, &u, 8); }
+            else if (P->kind == P_SCALAR) memcpy(dst, &c->scal[P->index], TYPE_SIZE[P->type]);
+            else if (P->kind == P_SYM) {
+                if (!c->bound[P->index]) { refuse(o, c, E_UNBOUND, -1, P->index, NULL); goto out; }
+                int32_t x32 = (int32_t)(x = c->env[P->index]);
+                if (P->type == T_INT32 && x != x32) { refuse(o, c, E_PARAM32, -1, x, NULL); goto out; }
+                memcpy(dst, P->type == T_INT32 ? (void *)&x32 : (void *)&x, TYPE_SIZE[P->type]);
+            } else {
                 Tma *t = &v->tma[P->index];
-                TArg *a = &c->t[t->tensor];
-                uint64_t dims[MAXRANK], strides[MAXRANK];
-                for (int r = 0; r < t->rank; r++) {
-                    int64_t x;
-                    if (prog_eval(t->dims[r], c->syms, c->bound, &x)) { PyErr_Format(PyExc_ValueError, "%U[%U]: bad TMA program", o->name, v->key); goto out; }
-                    if (x <= 0) {
-                        PyErr_Format(PyExc_ValueError, "%U: argument `%U` has a zero-sized dimension; this kernel reads it "
-                                     "with TMA, which needs every size > 0", o->name, ostr(o, o->t[t->tensor].name));
-                        goto out;
-                    }
-                    dims[r] = (uint64_t)x;
+                uint64_t dims[5], strides[4];
+                for (int q = 0; q < t->rank * 2 - 1; q++) {
+                    if (eval_or_refuse(o, c, q < t->rank ? t->dims[q] : t->strides[q - t->rank], t->tensor, q, &x)) goto out;
+                    if (q < t->rank && x <= 0) { refuse(o, c, E_TMA_ZERO, t->tensor, q, NULL); goto out; }
+                    if (q >= t->rank && x % 16) { refuse(o, c, E_TMA_STRIDE, t->tensor, x, NULL); goto out; }
+                    *(q < t->rank ? &dims[q] : &strides[q - t->rank]) = (uint64_t)x;
                 }
-                for (int r = 0; r < t->rank - 1; r++) {
-                    int64_t x;
-                    if (prog_eval(t->strides[r], c->syms, c->bound, &x)) { PyErr_Format(PyExc_ValueError, "%U[%U]: bad TMA program", o->name, v->key); goto out; }
-                    if (x % 16) {
-                        PyErr_Format(PyExc_ValueError, "%U: argument `%U` has a row stride of %lld bytes; TMA needs a multiple "
-                                     "of 16 (pad the last dim to a multiple of %d elements)", o->name, ostr(o, o->t[t->tensor].name),
-                                     (long long)x, 16 / ELEM_SIZE[a->dtype]);
-                        goto out;
-                    }
-                    strides[r] = (uint64_t)x;
-                }
-                CUresult r = p_cuTensorMapEncodeTiled(&maps[P->index], t->dtype, t->rank, (void *)(uintptr_t)a->ptr, dims, strides,
-                                                      t->box, t->estr, t->interleave, t->swizzle, t->l2, t->oob);
-                if (r) { cu_fail(r, o->name, v->key, "cuTensorMapEncodeTiled"); goto out; }
-                pp[j] = &maps[P->index];
-                break;
-            }
+                if ((r = p_cuTensorMapEncodeTiled((CUtensorMap *)dst, t->dtype, t->rank, (void *)(uintptr_t)c->t[t->tensor].ptr, dims, strides,
+                                                  t->box, t->estr, t->il, t->sw, t->l2, t->oob))) { cu_fail(r, o->name, v->key, "cuTensorMapEncodeTiled"); goto out; }
             }
         }
-        CUfunction f = v->funcs[c->dev][k];
+        CUfunction f = v->fn[c->dev][k];
         if (smem > 48 * 1024 && smem > v->smem_set[c->dev][k]) {
-            CUresult r = p_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
-            if (r) { cu_fail(r, o->name, v->key, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"); goto out; }
+            if ((r = p_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem))) {
+                cu_fail(r, o->name, v->key, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+                goto out;
+            }
             v->smem_set[c->dev][k] = (int)smem;
         }
-        CUlaunchAttribute attrs[3];
+        CUlaunchAttribute at[3];
         unsigned na = 0;
         if (K->cluster[0] * K->cluster[1] * K->cluster[2] > 1) {
-            attrs[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attrs[na].value.clusterDim.x = K->cluster[0]; attrs[na].value.clusterDim.y = K->cluster[1]; attrs[na].value.clusterDim.z = K->cluster[2];
-            na++;
+            at[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            at[na].value.clusterDim.x = K->cluster[0], at[na].value.clusterDim.y = K->cluster[1], at[na++].value.clusterDim.z = K->cluster[2];
         }
-        if (K->coop) { attrs[na].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE; attrs[na].value.cooperative = 1; na++; }
-        if (K->pdl) { attrs[na].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION; attrs[na].value.programmaticStreamSerializationAllowed = 1; na++; }
-        CUresult r;
-        if (na) {
-            CUlaunchConfig cfg = {(unsigned)g[0], (unsigned)g[1], (unsigned)g[2], K->block[0], K->block[1], K->block[2],
-                                  (unsigned)smem, stream, attrs, na};
-            r = p_cuLaunchKernelEx(&cfg, f, pp, NULL);
-        } else { /* the common case: no cluster / cooperative / PDL attribute */
-            if (g_probe_n > 0 && k == 0) {
-                double t0 = now_us();
-                for (int i = 0; i < g_probe_n; i++)
-                    p_cuLaunchKernel(f, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], K->block[0], K->block[1], K->block[2],
-                                     (unsigned)smem, stream, pp, NULL);
-                g_probe_us = (now_us() - t0) / g_probe_n;
-                g_probe_n = 0;
-            }
-            r = p_cuLaunchKernel(f, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], K->block[0], K->block[1], K->block[2],
-                                 (unsigned)smem, stream, pp, NULL);
+        if (K->coop) at[na].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE, at[na++].value.cooperative = 1;
+        if (K->pdl) at[na].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, at[na++].value.programmaticStreamSerializationAllowed = 1;
+        if (capture) { /* the bench's bare-driver probe relaunches exactly this */
+            PyObject *offs = PyTuple_New(K->np), *row;
+            for (int j = 0; offs && j < K->np; j++) PyTuple_SetItem(offs, j, PyLong_FromLong(K->p[j].off));
+            row = offs ? Py_BuildValue("(KLLLIIIlKy#Ni)", (unsigned long long)(uintptr_t)f, g[0], g[1], g[2], K->block[0], K->block[1], K->block[2],
+                                       (long)smem, (unsigned long long)(uintptr_t)stream, buf, (Py_ssize_t)K->psize, offs, na) : NULL;
+            if (!row || PyList_Append(capture, row)) { Py_XDECREF(row); goto out; }
+            Py_DECREF(row);
+            continue;
         }
-        if (r) { cu_fail(r, o->name, v->key, na ? "cuLaunchKernelEx" : "cuLaunchKernel"); goto out; }
+        CUlaunchConfig cfg = {(unsigned)g[0], (unsigned)g[1], (unsigned)g[2], K->block[0], K->block[1], K->block[2], (unsigned)smem, stream, at, na};
+        if ((r = na ? p_cuLaunchKernelEx(&cfg, f, pp, NULL)
+                    : p_cuLaunchKernel(f, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, stream, pp, NULL))) {
+            cu_fail(r, o->name, v->key, na ? "cuLaunchKernelEx" : "cuLaunchKernel");
+            goto out;
+        }
     }
     rc = 0;
 out:
-    ctx_exit(c->dev, prev);
-    return rc;
+    return ctx_exit(c->dev, prev, o->name) ? -1 : rc;
 }
 
-static PyObject *Op_call(PyObject *self, PyObject *args, PyObject *kw) {
-    Op *o = (Op *)self;
-    if (kw && PyDict_Size(kw)) { PyErr_Format(PyExc_TypeError, "%U: the launcher takes positional arguments only", o->name); return NULL; }
-    Call c;
-    if (validate(o, args, &c)) return NULL;
-    int g = needs_autograd(o, &c);
-    if (g) return g < 0 ? NULL : PyObject_CallFunctionObjArgs(o->grad_hook, args, NULL);
-    PyObject *table = device_table(o, c.dev);
-    if (!table) return NULL;
-    if (table == Py_None) return PyObject_CallFunctionObjArgs(o->fallback, args, Py_None, NULL);
-    int idx = select_variant(o, table, &c);
-    if (idx < 0) { /* Python raises NoKernelError with this message, or runs the reference */
-        PyObject *msg = no_kernel_message(o, table, &c);
-        PyObject *r = msg ? PyObject_CallFunctionObjArgs(o->fallback, args, msg, NULL) : NULL;
-        Py_XDECREF(msg);
-        return r;
-    }
-    PyObject *owned[MAXT] = {0};
-    PyObject *result = NULL;
-    if (allocate(o, &c, owned) == 0 && launch(o, (Variant *)PyTuple_GetItem(table, idx), &c, args) == 0) {
-        if (o->nout == 0) { result = Py_None; Py_INCREF(result); }
-        else if (o->nout == 1) {
-            for (int i = 0; i < o->nt; i++) if (o->t[i].role == ROLE_OUT) { result = c.t[i].obj; Py_INCREF(result); }
-        } else {
-            result = PyTuple_New(o->nout);
-            for (int i = 0, k = 0; i < o->nt && result; i++)
-                if (o->t[i].role == ROLE_OUT) { Py_INCREF(c.t[i].obj); PyTuple_SetItem(result, k++, c.t[i].obj); }
+/* The chosen variant's run: its parameters into the slots, late shape checks, allocation, launch. */
+static PyObject *run(Op *o, Variant *v, Call *c, PyObject *capture) {
+    PyObject *res = NULL;
+    int ok = 1;
+    for (int k = 0; k < v->nset; k++) c->env[v->set_slot[k]] = v->set_val[k], c->bound[v->set_slot[k]] = 1;
+    for (int i = 0; i < o->nt && c->late && ok; i++) ok = o->t[i].role != ROLE_OUTPUT || !c->t[i].obj || !check_dims(o, c, i);
+    if (ok && !allocate(o, v, c) && !launch(o, v, c, capture)) {
+        res = o->nout == 0 ? Py_NewRef(Py_None) : o->nout == 1 ? NULL : PyTuple_New(o->nout);
+        for (int i = 0, k = 0; i < o->nt; i++) {
+            if (o->t[i].role != ROLE_OUTPUT) continue;
+            if (o->nout == 1) res = Py_NewRef(c->t[i].obj);
+            else if (res) PyTuple_SetItem(res, k++, Py_NewRef(c->t[i].obj));
         }
     }
-    for (int i = 0; i < o->nt; i++) Py_XDECREF(owned[i]);
-    return result;
+    for (int i = 0; i < o->nt; i++) Py_XDECREF(c->owned[i]);
+    return res;
 }
 
-/* explain(args, table) -> [(key, accepted, reason)] for the given variants (no launch). */
-static PyObject *Op_explain(PyObject *self, PyObject *a) {
-    Op *o = (Op *)self;
-    PyObject *args, *table;
-    if (!PyArg_ParseTuple(a, "O!O!:explain", &PyTuple_Type, &args, &PyTuple_Type, &table)) return NULL;
+static PyObject *dispatch(Op *o, PyObject *args, PyObject *kw, int mode, PyObject *table) {
     Call c;
-    if (validate(o, args, &c)) return NULL;
-    PyObject *out = PyList_New(0);
-    int chosen = 0;
-    for (Py_ssize_t i = 0; i < PyTuple_Size(table) && out; i++) {
-        Variant *v = (Variant *)PyTuple_GetItem(table, i);
-        PyObject *why = NULL;
-        int ok = accepts(o, v, &c, &why);
-        if (ok && chosen) { Py_DECREF(why); why = PyUnicode_FromString("accepted, but a higher-priority variant was chosen"); }
-        PyObject *row = why ? Py_BuildValue("(OOO)", v->key, (ok && !chosen) ? Py_True : Py_False, why) : NULL;
-        chosen |= ok;
-        Py_XDECREF(why);
-        if (!row || PyList_Append(out, row)) { Py_XDECREF(row); Py_CLEAR(out); break; }
-        Py_DECREF(row);
+    PyObject *bound, *rows = NULL, *env, *r, *cap = NULL;
+    if (bind_args(o, args, kw, &c) || validate(o, &c)) return NULL;
+    int g = mode == CALL ? needs_autograd(o, &c) : 0;
+    if (g < 0 || (!g && !table && !(table = device_table(o, c.dev)))) return NULL;
+    if (table != Py_None && o->sm_slot >= 0 && c.dev >= -1) c.env[o->sm_slot] = g_sm[c.dev + 1], c.bound[o->sm_slot] = c.dev >= 0;
+    int idx = !g && table != Py_None && mode != CHECK ? select_variant(o, table, &c) : -1;
+    if (idx >= 0) {
+        if (mode == PACK && !(cap = PyList_New(0))) return NULL;
+        r = run(o, (Variant *)PyTuple_GetItem(table, idx), &c, cap);
+        return mode == PACK ? (r ? Py_BuildValue("(NN)", r, cap) : (Py_DECREF(cap), NULL)) : r;
     }
-    return out;
+    if (!g && table != Py_None && !(rows = reject_rows(o, table, &c))) return NULL;
+    env = env_tuple(o, &c), bound = bound_tuple(o, &c);
+    r = !bound || !env ? NULL
+        : mode == CHECK ? Py_BuildValue("(iOOO)", c.dev, bound, env, rows ? rows : Py_None)
+        : g ? PyObject_CallFunctionObjArgs(o->hook[H_GRAD], bound, NULL)                          /* autograd, or a refusal */
+            : PyObject_CallFunctionObjArgs(o->hook[H_FALLBACK], bound, rows ? rows : Py_None, env, NULL); /* reference or NoKernelError */
+    Py_XDECREF(bound), Py_XDECREF(rows), Py_XDECREF(env);
+    return r;
 }
 
-/* device of a call's tensors, after validation (for Python's explain). */
-static PyObject *Op_device(PyObject *self, PyObject *args) {
-    Call c;
-    if (validate((Op *)self, args, &c)) return NULL;
-    return PyLong_FromLong(c.dev);
+static PyObject *Op_call(PyObject *self, PyObject *args, PyObject *kw) { return dispatch((Op *)self, args, kw, CALL, NULL); }
+
+/* check(args, kwargs, table=None) -> (device, bound, env, rows | None): what explain needs. */
+static PyObject *Op_check(PyObject *self, PyObject *a) {
+    PyObject *args, *kw, *table = NULL;
+    if (!PyArg_ParseTuple(a, "O!O!|O!:check", &PyTuple_Type, &args, &PyDict_Type, &kw, &PyTuple_Type, &table)) return NULL;
+    return dispatch((Op *)self, args, kw, CHECK, table);
 }
 
-static PyObject *Op_name(PyObject *self, void *closure) { Py_INCREF(((Op *)self)->name); return ((Op *)self)->name; }
+/* pack(args, kwargs) -> (outputs, [(function, grid, block, smem, stream, params, offsets, attrs) per kernel]):
+ * a call prepared, not launched (pass out= so the buffers outlive it). */
+static PyObject *Op_pack(PyObject *self, PyObject *a) {
+    PyObject *args, *kw;
+    return PyArg_ParseTuple(a, "O!O!:pack", &PyTuple_Type, &args, &PyDict_Type, &kw) ? dispatch((Op *)self, args, kw, PACK, NULL) : NULL;
+}
+
+static PyObject *Op_name(PyObject *self, void *closure) { return Py_NewRef(((Op *)self)->name); }
 static PyMethodDef Op_methods[] = {
-    {"explain", Op_explain, METH_VARARGS, "explain(args, variants) -> [(key, chosen, reason)]"},
-    {"device_of", Op_device, METH_VARARGS, "validate a call and return its device index"},
+    {"check", Op_check, METH_VARARGS, "check(args, kwargs, table=None) -> (device, bound, env, rows)"},
+    {"pack", Op_pack, METH_VARARGS, "pack(args, kwargs) -> (outputs, launches): prepared, not launched"},
     {NULL}};
 static PyGetSetDef Op_getset[] = {{"name", Op_name, NULL, "qualified op name", NULL}, {NULL}};
 static PyType_Slot Op_slots[] = {
     {Py_tp_new, Op_new}, {Py_tp_dealloc, Op_dealloc}, {Py_tp_call, Op_call}, {Py_tp_methods, Op_methods},
-    {Py_tp_getset, Op_getset}, {Py_tp_doc, "One op: validation, variant selection and launch."}, {0, NULL}};
+    {Py_tp_getset, Op_getset}, {Py_tp_doc, "One op: binding, validation, variant selection and launch."}, {0, NULL}};
 static PyType_Spec Op_spec = {"tkreg._launcher.Op", sizeof(Op), 0, Py_TPFLAGS_DEFAULT, Op_slots};
 
 /* ---- module functions --------------------------------------------------------------------- */
+#define SET(var, val) do { PyObject *old_ = (PyObject *)(var); (var) = Py_NewRef(val); Py_XDECREF(old_); } while (0)
+/* init(dtypes, torch.empty, get_raw_stream, LaunchError, PackError,
+ *      (describe, torch.empty_like, Tensor.new_empty, torch.is_grad_enabled)) */
 static PyObject *m_init(PyObject *m, PyObject *args) {
-    PyObject *dtypes, *empty, *get_stream, *launcherr, *meth;
-    if (!PyArg_ParseTuple(args, "O!OOOO!:init", &PyTuple_Type, &dtypes, &empty, &get_stream, &launcherr, &PyTuple_Type, &meth)) return NULL;
-    if (PyTuple_Size(meth) != 8) { PyErr_SetString(PyExc_ValueError, "init: expected 8 torch callables"); return NULL; }
-    if (PyTuple_Size(dtypes) != NDTYPES) { PyErr_Format(PyExc_ValueError, "init: expected %d dtypes", NDTYPES); return NULL; }
-#define SET(var, val) do { PyObject *old_ = (var); Py_INCREF(val); (var) = (val); Py_XDECREF(old_); } while (0)
+    PyObject *dtypes, *empty, *get_stream, *le, *pe, *fns;
+    if (!PyArg_ParseTuple(args, "O!OOOOO!:init", &PyTuple_Type, &dtypes, &empty, &get_stream, &le, &pe, &PyTuple_Type, &fns)) return NULL;
+    if (PyTuple_Size(fns) != 4 || PyTuple_Size(dtypes) != NDTYPES) return PyErr_Format(PyExc_ValueError, "init: bad arguments");
     for (int i = 0; i < NDTYPES; i++) SET(g_dtypes[i], PyTuple_GetItem(dtypes, i));
-    SET(g_empty, empty);
-    SET(g_get_stream, get_stream);
-    SET(g_LaunchError, launcherr);
-    SET(m_data_ptr, PyTuple_GetItem(meth, 0));
-    SET(m_size, PyTuple_GetItem(meth, 1));
-    SET(m_is_contiguous, PyTuple_GetItem(meth, 2));
-    SET(m_get_device, PyTuple_GetItem(meth, 3));
-    SET(m_stride, PyTuple_GetItem(meth, 4));
-    SET(m_empty_like, PyTuple_GetItem(meth, 5));
-    SET(m_new_empty, PyTuple_GetItem(meth, 6));
-    SET(g_is_grad_enabled, PyTuple_GetItem(meth, 7));
-#undef SET
+    SET(g_empty, empty); SET(g_get_stream, get_stream); SET(g_LaunchError, le); SET(g_PackError, pe);
+    SET(g_describe, PyTuple_GetItem(fns, 0)); SET(g_empty_like, PyTuple_GetItem(fns, 1));
+    SET(g_new_empty, PyTuple_GetItem(fns, 2)); SET(g_grad_on, PyTuple_GetItem(fns, 3));
     Py_RETURN_NONE;
 }
 
-/* enable_shim(libs: tuple[str], dtype_names: tuple[str], types: (Tensor, Parameter)) -> bool */
-static PyObject *m_enable_shim(PyObject *m, PyObject *args) {
-    PyObject *libs, *names, *types;
-    if (!PyArg_ParseTuple(args, "O!O!O!:enable_shim", &PyTuple_Type, &libs, &PyTuple_Type, &names, &PyTuple_Type, &types)) return NULL;
-    if (PyTuple_Size(names) != NDTYPES || PyTuple_Size(types) != 2) { PyErr_SetString(PyExc_ValueError, "enable_shim: bad arguments"); return NULL; }
-    g_shim.ok = 0;
-    void *hs[8] = {0};
-    int nh = 0;
-    for (Py_ssize_t i = 0; i < PyTuple_Size(libs) && nh < 8; i++) {
-        const char *path = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(libs, i), NULL);
-        if (!path) return NULL;
-        void *h = dlopen(path, RTLD_LAZY | RTLD_NOLOAD); /* only what torch already loaded */
-        if (h) hs[nh++] = h;
-    }
-#define FIND(var, name) do { void *f_ = NULL; for (int k = 0; k < nh && !f_; k++) f_ = dlsym(hs[k], name); memcpy(&(var), &f_, sizeof f_); } while (0)
-    FIND(g_shim.data_ptr, "aoti_torch_get_data_ptr");
-    FIND(g_shim.sizes, "aoti_torch_get_sizes");
-    FIND(g_shim.strides, "aoti_torch_get_strides");
-    FIND(g_shim.dim, "aoti_torch_get_dim");
-    FIND(g_shim.dtype, "aoti_torch_get_dtype");
-    FIND(g_shim.device_type, "aoti_torch_get_device_type");
-    FIND(g_shim.device_index, "aoti_torch_get_device_index");
-    FIND(g_shim.stream, "aoti_torch_get_current_cuda_stream");
-    FIND(g_shim.grad_enabled, "aoti_torch_grad_mode_is_enabled");
-    int32_t (*code)(void);
-    FIND(code, "aoti_torch_device_type_cpu");
-    g_shim.cpu = code ? code() : -99;
-    FIND(code, "aoti_torch_device_type_cuda");
-    g_shim.cuda = code ? code() : -99;
-    for (int d = 0; d < NDTYPES; d++) {
-        char sym[96];
-        const char *n = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(names, d), NULL);
-        if (!n) return NULL;
-        snprintf(sym, sizeof sym, "aoti_torch_dtype_%s", n);
-        FIND(code, sym);
-        g_shim.scalar_type[d] = code ? code() : -99;
-    }
-#undef FIND
-    for (int k = 0; k < 2; k++) {
-        PyObject *t = PyTuple_GetItem(types, k), *old = g_shim.types[k];
-        Py_INCREF(t);
-        g_shim.types[k] = t;
-        Py_XDECREF(old);
-    }
-    g_shim.ok = g_shim.data_ptr && g_shim.sizes && g_shim.strides && g_shim.dim && g_shim.dtype && g_shim.device_type &&
-                g_shim.device_index && g_shim.cpu != -99 && g_shim.cuda != -99;
-    return PyBool_FromLong(g_shim.ok);
+/* set_shim(None) turns the shim off; set_shim(addresses of the 9 aoti_torch_* functions, dtype codes,
+ * cpu code, cuda code, (Tensor, Parameter), direct) turns it on. */
+static PyObject *m_set_shim(PyObject *m, PyObject *args) {
+    PyObject *fns, *codes, *types;
+    int cpu, cuda, direct;
+    void **dst[] = {(void **)&g_shim.data_ptr, (void **)&g_shim.sizes, (void **)&g_shim.strides, (void **)&g_shim.dim, (void **)&g_shim.dtype,
+                    (void **)&g_shim.devtype, (void **)&g_shim.devidx, (void **)&g_shim.stream, (void **)&g_shim.grad_on};
+    g_shim.ok = g_shim.direct = 0;
+    if (PyTuple_Size(args) == 1 && PyTuple_GetItem(args, 0) == Py_None) Py_RETURN_NONE;
+    if (!PyArg_ParseTuple(args, "O!O!iiO!p:set_shim", &PyTuple_Type, &fns, &PyTuple_Type, &codes, &cpu, &cuda, &PyTuple_Type, &types, &direct)) return NULL;
+    if (PyTuple_Size(fns) != 9 || PyTuple_Size(codes) != NDTYPES || PyTuple_Size(types) != 2) return PyErr_Format(PyExc_ValueError, "set_shim: bad arguments");
+    for (int i = 0; i < 9; i++) *dst[i] = PyLong_AsVoidPtr(PyTuple_GetItem(fns, i));
+    for (int d = 0; d < NDTYPES; d++) g_shim.scalar_type[d] = (int32_t)PyLong_AsLong(PyTuple_GetItem(codes, d));
+    for (int k = 0; k < 2; k++) SET(g_shim.types[k], PyTuple_GetItem(types, k));
+    g_shim.cpu = cpu, g_shim.cuda = cuda, g_shim.direct = direct;
+    g_shim.ok = !PyErr_Occurred() && g_shim.data_ptr && g_shim.sizes && g_shim.strides && g_shim.dim && g_shim.dtype && g_shim.devtype && g_shim.devidx;
+    return PyErr_Occurred() ? NULL : PyBool_FromLong(g_shim.ok);
 }
 
-static PyObject *m_disable_shim(PyObject *m, PyObject *noargs) { g_shim.ok = g_shim.direct = 0; Py_RETURN_NONE; }
-
-/* enable_direct(probes) -> bool: read the TensorImpl* straight from the object (saves the
- * `_cdata` attribute call, ~60 ns per tensor) when, for every probe, the word after PyObject_HEAD
- * is what `_cdata` says.  Older torch keeps a MaybeOwned<Tensor> there, which fails the check. */
-static PyObject *m_enable_direct(PyObject *m, PyObject *probes) {
-    g_shim.direct = 0;
-    if (!g_shim.ok || !PyTuple_Check(probes) || PyTuple_Size(probes) == 0) Py_RETURN_FALSE;
-    for (Py_ssize_t i = 0; i < PyTuple_Size(probes); i++) {
-        PyObject *x = PyTuple_GetItem(probes, i);
-        if (Py_TYPE(x) != (PyTypeObject *)g_shim.types[0] && Py_TYPE(x) != (PyTypeObject *)g_shim.types[1]) Py_RETURN_FALSE;
-        PyObject *cd = PyObject_GetAttr(x, s_cdata);
-        if (!cd) return NULL;
-        void *impl = PyLong_AsVoidPtr(cd);
-        Py_DECREF(cd);
-        if (!impl || *(void **)((char *)x + sizeof(PyObject)) != impl) Py_RETURN_FALSE;
-    }
-    g_shim.direct = 1;
-    Py_RETURN_TRUE;
-}
-
-/* shim_probe(t) -> (shape, contiguous, data_ptr, dtype code, device) as the fast path reads them, or None */
+/* shim_probe(t) -> (shape, strides, contiguous, data_ptr, dtype code, device) as the shim reads them, or None */
 static PyObject *m_shim_probe(PyObject *m, PyObject *x) {
     TArg a;
     if (!shim_read(x, &a)) Py_RETURN_NONE;
-    PyObject *shape = PyTuple_New(a.rank);
-    for (int r = 0; shape && r < a.rank; r++) PyTuple_SetItem(shape, r, PyLong_FromLongLong(a.shape[r]));
-    return shape ? Py_BuildValue("(NiKii)", shape, a.contiguous, (unsigned long long)a.ptr, a.dtype, a.dev) : NULL;
+    PyObject *shape = PyTuple_New(a.rank), *st = PyTuple_New(a.rank);
+    for (int r = 0; shape && st && r < a.rank; r++) PyTuple_SetItem(shape, r, PyLong_FromLongLong(a.shape[r])), PyTuple_SetItem(st, r, PyLong_FromLongLong(a.stride[r]));
+    return shape && st ? Py_BuildValue("(NNiKii)", shape, st, a.contiguous, a.ptr, a.dtype, a.dev) : (Py_XDECREF(shape), Py_XDECREF(st), NULL);
 }
 
-static PyObject *m_eval(PyObject *m, PyObject *args) {
-    PyObject *buf, *syms;
-    if (!PyArg_ParseTuple(args, "OO!:eval_program", &buf, &PyTuple_Type, &syms)) return NULL;
-    Py_ssize_t n;
-    int64_t *w = copy_words(buf, &n), s[MAXSYM] = {0}, out;
-    if (!w) return NULL;
-    int ns;
-    if (read_int_tuple(syms, s, MAXSYM, &ns)) { PyMem_Free(w); return NULL; }
-    Prog p = {(int)n, w};
-    int r = prog_eval(p, s, NULL, &out);
-    PyMem_Free(w);
-    if (r) { PyErr_SetString(PyExc_ZeroDivisionError, "program failed (division by zero or malformed)"); return NULL; }
-    return PyLong_FromLongLong(out);
-}
-
-/* driver_info() -> (driver_version, [(major, minor)] per device); raises LaunchError without a driver. */
-static PyObject *m_driver_info(PyObject *m, PyObject *noargs) {
-    if (cuda_load()) return NULL;
-    int ver = 0, n = 0;
-    p_cuDriverGetVersion(&ver);
-    CUresult r = p_cuDeviceGetCount(&n);
-    if (r) { PyErr_Format(g_LaunchError, "cuDeviceGetCount failed: %s", cu_str(r)); return NULL; }
-    PyObject *l = PyList_New(0);
-    for (int i = 0; i < n && l; i++) {
-        CUdevice d; int ma = 0, mi = 0;
-        p_cuDeviceGet(&d, i);
-        p_cuDeviceGetAttribute(&ma, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
-        p_cuDeviceGetAttribute(&mi, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
-        PyObject *t = Py_BuildValue("(ii)", ma, mi);
-        PyList_Append(l, t);
-        Py_XDECREF(t);
-    }
-    return l ? Py_BuildValue("(iN)", ver, l) : NULL;
-}
-
-/* The floor every launcher pays: a C loop of cuLaunchKernel on an empty kernel (PTX JIT'ed by
- * the driver once).  bench_driver_launch(device, stream, n) -> microseconds per launch. */
-static const char EMPTY_PTX[] = ".version 7.8\n.target sm_90\n.address_size 64\n.visible .entry tkreg_empty()\n{\nret;\n}\n";
-static PyObject *m_bench(PyObject *m, PyObject *args) {
-    int dev, n;
-    unsigned long long stream;
-    PyObject *clock;
-    if (!PyArg_ParseTuple(args, "iKiO:bench_driver_launch", &dev, &stream, &n, &clock)) return NULL;
-    if (cuda_load()) return NULL;
-    PyObject *name = PyUnicode_FromString("bench");
-    CUcontext prev = NULL;
-    if (ctx_enter(dev, &prev, name)) { Py_DECREF(name); return NULL; }
-    static CUmodule mod[MAXDEV];
-    static CUfunction fn[MAXDEV];
-    CUresult r = 0;
-    if (!mod[dev] && ((r = p_cuModuleLoadData(&mod[dev], EMPTY_PTX)) || (r = p_cuModuleGetFunction(&fn[dev], mod[dev], "tkreg_empty")))) {
-        mod[dev] = NULL;
-        ctx_exit(dev, prev);
-        cu_fail(r, name, name, "loading the empty kernel");
-        Py_DECREF(name);
-        return NULL;
-    }
-    PyObject *t0 = PyObject_CallObject(clock, NULL);
-    for (int i = 0; i < n && !r; i++) r = p_cuLaunchKernel(fn[dev], 1, 1, 1, 32, 1, 1, 0, (CUstream)(uintptr_t)stream, NULL, NULL);
-    PyObject *t1 = PyObject_CallObject(clock, NULL);
-    ctx_exit(dev, prev);
-    if (r) { cu_fail(r, name, name, "cuLaunchKernel"); Py_DECREF(name); Py_XDECREF(t0); Py_XDECREF(t1); return NULL; }
-    Py_DECREF(name);
-    if (!t0 || !t1) { Py_XDECREF(t0); Py_XDECREF(t1); return NULL; }
-    double us = (PyFloat_AsDouble(t1) - PyFloat_AsDouble(t0)) * 1e6 / n;
-    Py_DECREF(t0); Py_DECREF(t1);
-    return PyFloat_FromDouble(us);
-}
-
-/* bench_op(op, args, n) -> (us per op(*args) from a C loop, us per bare cuLaunchKernel of the
- * same kernel and parameters): splits a call's host cost into launcher and driver.  The second is
- * -1 when the op's first kernel needs cuLaunchKernelEx attributes (cluster, PDL): not probed. */
-static PyObject *m_bench_op(PyObject *m, PyObject *a) {
-    PyObject *op, *args;
-    int n;
-    if (!PyArg_ParseTuple(a, "OO!i:bench_op", &op, &PyTuple_Type, &args, &n)) return NULL;
-    double t0 = now_us();
-    for (int i = 0; i < n; i++) {
-        PyObject *r = PyObject_Call(op, args, NULL);
-        if (!r) return NULL;
-        Py_DECREF(r);
-    }
-    double full = (now_us() - t0) / n;
-    g_probe_n = n; g_probe_us = -1;
-    PyObject *r = PyObject_Call(op, args, NULL);
-    g_probe_n = 0;
-    if (!r) return NULL;
-    Py_DECREF(r);
-    return Py_BuildValue("(dd)", full, g_probe_us);
-}
+static PyObject *m_modules_loaded(PyObject *m, PyObject *noargs) { return PyLong_FromLong(g_modules); }
 
 static PyMethodDef methods[] = {
-    {"init", m_init, METH_VARARGS, "init(dtypes, torch.empty, get_raw_stream, LaunchError, (Tensor.data_ptr, .size, .is_contiguous, .get_device, .stride, torch.empty_like, Tensor.new_empty, torch.is_grad_enabled))"},
-    {"enable_shim", m_enable_shim, METH_VARARGS, "enable_shim(libtorch paths, dtype names, (Tensor, Parameter)) -> bool"},
-    {"disable_shim", m_disable_shim, METH_NOARGS, "use the attribute path only"},
-    {"enable_direct", m_enable_direct, METH_O, "enable_direct(probes) -> bool: read TensorImpl* without `_cdata`"},
+    {"init", m_init, METH_VARARGS, "init(dtypes, torch.empty, get_raw_stream, LaunchError, PackError, (describe, empty_like, new_empty, is_grad_enabled))"},
+    {"set_shim", m_set_shim, METH_VARARGS, "set_shim(function addresses, dtype codes, cpu, cuda, (Tensor, Parameter), direct) -> bool; set_shim(None): off"},
     {"shim_probe", m_shim_probe, METH_O, "what the fast path reads from a tensor (for the self-check)"},
-    {"eval_program", m_eval, METH_VARARGS, "eval_program(words: bytes, symbols: tuple) -> int"},
-    {"driver_info", m_driver_info, METH_NOARGS, "driver_info() -> (version, [(major, minor)])"},
-    {"bench_driver_launch", m_bench, METH_VARARGS, "bench_driver_launch(device, stream, n, clock) -> us per launch"},
-    {"bench_op", m_bench_op, METH_VARARGS, "bench_op(op, args, n) -> (us per call from C, us per bare launch of its kernel)"},
+    {"modules_loaded", m_modules_loaded, METH_NOARGS, "how many cubin modules this process loaded"},
     {NULL}};
 
 static int exec_module(PyObject *m) {
-#define INTERN(var, s) if (!(var = PyUnicode_InternFromString(s))) return -1;
-    INTERN(s_dtype, "dtype") INTERN(s_cdata, "_cdata") INTERN(s_requires_grad, "requires_grad")
-    PyObject *vt = PyType_FromSpec(&Variant_spec);
-    if (!vt || PyModule_AddObject(m, "Variant", vt)) return -1;
-    PyObject *ot = PyType_FromSpec(&Op_spec);
-    if (!ot || PyModule_AddObject(m, "Op", ot)) return -1;
-    return 0;
+    PyObject *vt = PyType_FromSpec(&Variant_spec), *ot = PyType_FromSpec(&Op_spec);
+    g_LaunchError = Py_NewRef(PyExc_RuntimeError), g_PackError = Py_NewRef(PyExc_ValueError); /* until init */
+    s_requires_grad = PyUnicode_InternFromString("requires_grad"), g_shim.cdata = PyUnicode_InternFromString("_cdata");
+    if (!vt || !ot || !s_requires_grad || !g_shim.cdata) return -1;
+    g_VariantType = Py_NewRef(vt);
+    return PyModule_AddObject(m, "Variant", vt) || PyModule_AddObject(m, "Op", ot) ? -1 : 0;
 }
 
 static PyModuleDef_Slot slots[] = {{Py_mod_exec, exec_module}, {0, NULL}};

@@ -40,10 +40,10 @@ def bench_host_cost(progress, rounds=7, bursts=25, k=200):
     """
     torch = need_torch()
     import tkreg
-    from tkreg._runtime import launcher
-    from tkreg.registry import OPS
+    from tkreg.runtime import OPS
+
+    from . import _probe
     F = torch.nn.functional
-    L = launcher()
     dev = torch.cuda.current_device()
     x = torch.randn(1, 1024, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(1024, dtype=torch.bfloat16, device="cuda")
@@ -62,16 +62,18 @@ def bench_host_cost(progress, rounds=7, bursts=25, k=200):
         with torch.no_grad():
             return burst_us(lambda: tkreg.ops.rms_norm(x, w, out=out), k)
 
-    driver = c_loop(lambda: L.bench_driver_launch(dev, stream, k, time.perf_counter))
+    op(x, w, 1e-6, out)  # loads the module and makes its context current for the probes
+    _, (packed,) = op.pack((x, w, 1e-6, out), {})
+    driver = c_loop(lambda: _probe.driver_floor(dev, stream, k))
     cases = {
         "driver cuLaunchKernel (C loop, the rms_norm kernel and its parameters)": c_loop(
-            lambda: L.bench_op(op, (x, w, out, 1e-6), k)[1]),
+            lambda: _probe.bare_launch(packed, k)),
         "torch.add(a, b, out=c)": lambda: burst_us(lambda: torch.add(a, b, out=c), k),
         "torch.empty_like": lambda: burst_us(lambda: torch.empty_like(x), k),
         EAGER: lambda: burst_us(lambda: F.rms_norm(x, (1024,), w, 1e-6), k),
         OUT: lambda: burst_us(lambda: tkreg.ops.rms_norm(x, w, out=out), k),
         "tkreg.ops.rms_norm(out=) under no_grad": no_grad_out,
-        "native Op call, no Python wrapper (out=)": lambda: burst_us(lambda: op(x, w, out, 1e-6), k),
+        "native Op call, no Python wrapper (out=)": lambda: burst_us(lambda: op(x, w, 1e-6, out), k),
         ALLOC: lambda: burst_us(lambda: tkreg.ops.rms_norm(x, w), k),
         "tkreg.call('tkreg.rms_norm')": lambda: burst_us(lambda: tkreg.call("tkreg.rms_norm", x, w), k),
         "torch.ops.tkreg.rms_norm (custom-op path)": lambda: burst_us(lambda: torch.ops.tkreg.rms_norm(x, w, 1e-6), k),
@@ -98,7 +100,7 @@ def bench_host_cost(progress, rounds=7, bursts=25, k=200):
         torch.cuda._sleep(4_000_000)
         ev[0].record()
         for _ in range(k):
-            op(x, w, out, 1e-6)
+            op(x, w, 1e-6, out)
         ev[1].record()
         torch.cuda.synchronize()
         per.append(ev[0].elapsed_time(ev[1]) * 1e3 / k)
@@ -173,8 +175,8 @@ def run(ops=None, quick=False) -> dict:
 
 def _driver() -> str:
     try:
-        from tkreg._runtime import launcher
-        v = launcher().driver_info()[0]
+        from tkreg.native import driver_info
+        v = driver_info()[0]
         return f"{v // 1000}.{v % 1000 // 10}"
     except Exception:  # noqa: BLE001
         return "?"

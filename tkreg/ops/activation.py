@@ -1,8 +1,7 @@
 """Typed functions for the gated activations: x[..., N] = [gate | up] -> out[..., N // 2]."""
 from __future__ import annotations
 
-from ..registry import OPS
-from ..torch_library import differentiable
+from ..runtime import OPS
 from ._route import compiling, graph
 
 
@@ -35,12 +34,12 @@ def swiglu(x, limit: float = 0.0, alpha: float = 1.0, beta: float = 0.0, *, out=
     GPT-OSS: `swiglu(x, 7.0, 1.702, 1.0)` with gate/up de-interleaved into halves.
     """
     if x.dim() == 2 and not compiling():
-        return OPS["tkreg.swiglu"](x, out, limit, alpha, beta)
+        return OPS["tkreg.swiglu"](x, limit, alpha, beta, out)
     x2, o2 = _flat("tkreg.swiglu", x, out)
     if compiling():
         y = graph("tkreg.swiglu", o2, x2, limit, alpha, beta)
     else:
-        y = OPS["tkreg.swiglu"](x2, o2, limit, alpha, beta)
+        y = OPS["tkreg.swiglu"](x2, limit, alpha, beta, o2)
     return out if out is not None else y.view(*x.shape[:-1], x.shape[-1] // 2)
 
 
@@ -48,11 +47,12 @@ def silu_and_mul_backward(dy, x):
     """dx[T, N] of silu_and_mul for upstream dy[T, N/2] (2-D, contiguous)."""
     if compiling():
         return graph("tkreg.silu_and_mul_backward", None, dy, x)
-    return OPS["tkreg.silu_and_mul_backward"](dy, x, None)
+    return OPS["tkreg.silu_and_mul_backward"](dy, x)
 
 
-@differentiable("tkreg.silu_and_mul")
-class _SiluAndMulAutograd:
+class SiluAndMulGrad:
+    """Autograd of tkreg.silu_and_mul (its spec names this class as `backward`)."""
+
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(inputs[0])

@@ -8,7 +8,7 @@ are not written).  Pass `s=` that raw buffer to reuse it.  Exact rounding: kerne
 """
 from __future__ import annotations
 
-from ..registry import OPS
+from ..runtime import OPS
 from ._route import compiling, graph
 
 
@@ -16,7 +16,7 @@ def _quant(name, x, q, s, ue8m0):
     if compiling():   # torch.compile: the functional custom op, copied into the given outputs
         rq, rs = graph(name, None, x, bool(ue8m0))
         return (rq if q is None else q.copy_(rq)), (rs if s is None else s.copy_(rs))
-    return OPS[name](x, q, s, ue8m0)
+    return OPS[name](x, ue8m0, q, s)
 
 
 def _cols(q, s_t):

@@ -1,7 +1,7 @@
 """Typed function for GEMM."""
 from __future__ import annotations
 
-from ..registry import OPS
+from ..runtime import OPS
 from ._route import compiling, graph
 
 

@@ -1,8 +1,7 @@
 """Typed functions for the norm family; rms_norm is differentiable (backward kernel)."""
 from __future__ import annotations
 
-from ..registry import OPS
-from ..torch_library import differentiable
+from ..runtime import OPS
 from ._route import compiling, graph
 
 
@@ -10,7 +9,7 @@ def rms_norm(x, weight, eps: float = 1e-6, *, out=None):
     """RMSNorm over the last dim: `x[M, N] * rsqrt(mean(x^2) + eps) * weight[N]` (bf16/fp16)."""
     if compiling():
         return graph("tkreg.rms_norm", out, x, weight, eps)
-    return OPS["tkreg.rms_norm"](x, weight, out, eps)
+    return OPS["tkreg.rms_norm"](x, weight, eps, out)
 
 
 def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6):
@@ -26,11 +25,12 @@ def rms_norm_backward(dy, x, weight, eps: float = 1e-6):
     """(dx, dweight) of rms_norm for upstream gradient dy."""
     if compiling():
         return graph("tkreg.rms_norm_backward", None, dy, x, weight, eps)
-    return OPS["tkreg.rms_norm_backward"](dy, x, weight, None, None, None, eps)
+    return OPS["tkreg.rms_norm_backward"](dy, x, weight, eps)
 
 
-@differentiable("tkreg.rms_norm")
-class _RmsNormAutograd:
+class RmsNormGrad:
+    """Autograd of tkreg.rms_norm (its spec names this class as `backward`)."""
+
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, weight, eps = inputs

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from math import prod
 
-from ..registry import OPS
+from ..runtime import OPS
 from ._route import compiling, graph
 
 

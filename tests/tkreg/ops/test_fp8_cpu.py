@@ -215,9 +215,8 @@ def test_typed_functions_fall_back_on_cpu(monkeypatch, seed):
 ])
 def test_opcheck(op, args, monkeypatch):
     monkeypatch.setenv("TKREG_FALLBACK", "reference")
-    from tkreg.registry import REGISTRY
-    from tkreg.torch_library import register
-    register(REGISTRY.entry(f"tkreg.{op}").spec)
+    from tkreg.runtime import RUNTIME
+    RUNTIME.torch_op(f"tkreg.{op}")
     utils = ("test_faketensor", "test_aot_dispatch_dynamic")
     if "dequant" not in op:  # test_schema multiplies the inputs, which CPU torch cannot do in e4m3
         utils = ("test_schema",) + utils

@@ -1,0 +1,83 @@
+"""A hostile pack never crashes or hangs the process: mutations of a real manifest (the probe
+pack: two kernels, TMA, every slot kind) either skip the pack with one PackError warning, or load
+and then refuse calls with a clean Python error.  This is the CPU part (every check that happens
+before a launch); the GPU part, where the driver has a say, runs each case in a subprocess
+(test_format_gpu.py)."""
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tkreg import manifest
+from tkreg.errors import TkregError
+from tkreg.registry import Registry
+from tkreg.runtime import Runtime
+
+from .conftest import OP, PROBE, TARGETED, get, leaves, put
+
+BF16 = torch.bfloat16
+CLEAN = (TkregError, TypeError, ValueError)   # what a broken pack may raise: nothing else
+RAW = json.loads((PROBE / "sm_90a" / manifest.FILENAME).read_text())
+PATHS = [p for p, _ in leaves(RAW) if p]
+
+
+def exercise(tmp_path, m: dict) -> str:
+    """Load a mutated pack and use it as far as a CPU allows; 'skipped', 'refused' or 'ok'."""
+    pack = tmp_path / "pack"
+    shutil.rmtree(pack, ignore_errors=True)
+    shutil.copytree(PROBE, pack)
+    manifest.dump_json(pack / "sm_90a" / manifest.FILENAME, m)
+    rt = Runtime(Registry())
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        src = rt.register_pack(pack)
+    if src.state.startswith("skipped"):
+        assert any("skipped" in str(x.message) for x in w)
+        return "skipped"
+    x = torch.randn(10, 300, dtype=BF16)[:, 8:200]
+    try:
+        for args in ((x,), (x, torch.randn(192, dtype=BF16))):
+            rt.explain(OP, args, {}, arch="sm_90a")
+            with pytest.raises(CLEAN):
+                rt.op(OP)(*args)    # CPU tensors: refused before any launch
+    except CLEAN:
+        return "refused"
+    return "ok"
+
+
+@pytest.mark.parametrize("name", sorted(TARGETED))
+def test_targeted_breaks_are_clean(tmp_path, name):
+    m = json.loads(json.dumps(RAW))
+    TARGETED[name](m)
+    exercise(tmp_path, m)
+
+
+def test_caught_on_the_cpu_where_it_can_be(tmp_path):
+    """What needs no driver is refused when the pack loads, not at the first call."""
+    for name in ("dtype_of_itself", "tma_of_a_scalar", "bad_program", "unknown_symbol", "huge_box", "negative_index"):
+        m = json.loads(json.dumps(RAW))
+        TARGETED[name](m)
+        assert exercise(tmp_path, m) == "skipped", name
+
+
+values = st.one_of(st.integers(-3, 3), st.integers(-2**63, 2**63 - 1), st.sampled_from(["", "$M", "$Q", "+", "x", "bias"]),
+                   st.none(), st.booleans(), st.lists(st.integers(-2, 70), max_size=4), st.just({}))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.lists(st.tuples(st.sampled_from(PATHS), values), min_size=1, max_size=3))
+def test_random_mutations_are_clean(tmp_path, changes):
+    m = json.loads(json.dumps(RAW))
+    for path, value in changes:
+        try:
+            put(m, path, value)
+        except (KeyError, IndexError, TypeError):
+            continue   # an earlier change removed this path
+    exercise(tmp_path, m)
+    get(m, ())      # and the process is still healthy enough to go on

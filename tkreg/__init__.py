@@ -1,9 +1,10 @@
 """tkreg: TileLang kernels compiled ahead of time, dispatched by op, dtype and shape.
 
-`import tkreg` reads nothing: the packs load on first use (an op call, `tkreg.ops`,
-`tkreg.list_ops()`...), and the torch custom ops `torch.ops.<namespace>.<op>` are registered
-when `tkreg.ops` is first imported (so a model can be compiled before any tkreg call).  Build
-tools import `tkreg.spec` without loading any pack.
+`import tkreg` reads nothing: the packs load on the first op call (or `tkreg.list_ops()`...),
+and an op becomes the torch custom op `torch.ops.<namespace>.<op>` when something needs it as
+one: `torch.compile` tracing a typed op (no tkreg call needed before), autograd, or
+`tkreg.register_torch_ops()`, which registers every op.  Build tools import `tkreg.spec`
+without loading any pack.
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ def __getattr__(name):  # PEP 562: the run time is imported on first use, not by
 
 
 def register_torch_ops() -> list[str]:
-    """Register every op of every loaded pack as `torch.ops.<ns>.<op>` now; `import tkreg.ops`
-    does it too.  Returns the op names."""
+    """Register every op of every pack as `torch.ops.<ns>.<op>` now (compiling a typed op
+    registers the ones it needs by itself).  Returns the op names."""
     from .runtime import RUNTIME
     return RUNTIME.register_torch()
 

@@ -12,7 +12,6 @@ output and scratch shapes use (set once a variant is chosen; the memo ignores th
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
 
 from . import codes, expr
 from .errors import PackError, SpecError
@@ -20,13 +19,12 @@ from .plan import Plan
 from .spec import OpSpec
 
 
-@dataclass(frozen=True)
 class Slots:
-    names: tuple   # slot -> name
-    npre: int      # slots bound from the call (the rest: variant parameters)
+    """Slot -> name, and how many are bound from the call (the rest: variant parameters)."""
+    __slots__ = ("names", "npre")
 
-    def __getitem__(self, name):
-        return self.names.index(name)
+    def __init__(self, names: tuple, npre: int):
+        self.names, self.npre = names, npre
 
     def as_dict(self) -> dict:
         return {n: i for i, n in enumerate(self.names)}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -61,24 +61,24 @@ class VariantRecord:
         return cls(d["key"], d["cubin"], d["sha256"], Plan.from_json(d["plan"]), d.get("source_hash", ""))
 
 
-@dataclass(frozen=True)
 class OpRecord:
-    spec: OpSpec
-    variants: tuple   # VariantRecord
+    """One op of one arch: its spec and its compiled variants (VariantRecord)."""
+    __slots__ = ("spec", "variants")
+
+    def __init__(self, spec: OpSpec, variants: tuple):
+        self.spec, self.variants = spec, tuple(variants)
 
     def to_json(self) -> dict:
         return {"spec": self.spec.to_json(), "variants": [v.to_json() for v in self.variants]}
 
 
-@dataclass(frozen=True)
 class Manifest:
-    """One arch folder.  Ops are parsed on first use (`op(name)`): import reads only the JSON."""
-    path: Path
-    arch: str
-    namespace: str
-    toolchain: dict
-    raw_ops: dict
-    _parsed: dict = field(default_factory=dict, compare=False, repr=False)
+    """One arch folder.  Ops are parsed on first use (`op(name)`): loading reads only the JSON."""
+    __slots__ = ("path", "arch", "namespace", "toolchain", "raw_ops", "_parsed")
+
+    def __init__(self, path: Path, arch: str, namespace: str, toolchain: dict, raw_ops: dict):
+        self.path, self.arch, self.namespace, self.toolchain, self.raw_ops = path, arch, namespace, toolchain, raw_ops
+        self._parsed: dict = {}
 
     @property
     def folder(self) -> Path:

@@ -11,7 +11,7 @@ the folder itself).  The entry-point name (`example`) is the plugin's name: `tkr
 it, TKREG_PLUGINS=a,b loads only those, and `tkreg.call("example:ns.op", ...)` reaches the
 plugin's own op even where another pack owns the plain name.  TKREG_DISABLE_PLUGINS=1 loads none.
 
-Discovery runs once, when `import tkreg` loads the registry.  A plugin that fails
+Discovery runs once, when the registry first loads.  A plugin that fails
 to import is returned with its error, which the registry turns into one warning; the others load.
 """
 from __future__ import annotations
@@ -20,7 +20,6 @@ import logging
 import os
 import types
 import warnings
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -30,14 +29,16 @@ GROUP = "tkreg.kernels"
 log = logging.getLogger("tkreg")
 
 
-@dataclass(frozen=True)
 class Plugin:
     """One `tkreg.kernels` entry point: what it names and, once loaded, its pack or its error."""
-    name: str                 # the entry-point name: the plugin's name and qualifier
-    value: str                # "module" or "module:attr"
-    dist: str | None = None   # "tkreg-example 0.1.0", the distribution that declares it
-    path: Path | None = None
-    error: str | None = None
+    __slots__ = ("name", "value", "dist", "path", "error")
+
+    def __init__(self, name: str, value: str, dist: str | None = None, path: Path | None = None,
+                 error: str | None = None):
+        self.name = name          # the entry-point name: the plugin's name and qualifier
+        self.value = value        # "module" or "module:attr"
+        self.dist = dist          # "tkreg-example 0.1.0", the distribution that declares it
+        self.path, self.error = path, error
 
     @property
     def label(self) -> str:

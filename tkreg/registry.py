@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import env, manifest
@@ -35,43 +34,46 @@ BUILTIN_PACKS = Path(__file__).resolve().parent / "packs"
 BUILTIN_NAMESPACE = "tkreg"
 
 
-@dataclass
 class PackSource:
     """One pack the registry saw, for `tkreg doctor` and `tkreg list`."""
-    name: str
-    path: Path | None
-    state: str = "loaded"
-    archs: list = field(default_factory=list)
-    ops: list = field(default_factory=list)      # plain op names this pack owns or extends
-    plugin: str | None = None                    # entry-point name, for plugin packs
-    dist: str | None = None                      # "tkreg-example 0.1.0", for plugin packs
-    notes: list = field(default_factory=list)    # conflicts, one line each
+
+    def __init__(self, name: str, path: Path | None, plugin: str | None = None, dist: str | None = None):
+        self.name, self.path, self.state = name, path, "loaded"
+        self.archs: list = []
+        self.ops: list = []        # plain op names this pack owns or extends
+        self.plugin = plugin       # entry-point name, for plugin packs
+        self.dist = dist           # "tkreg-example 0.1.0", for plugin packs
+        self.notes: list = []      # conflicts, one line each
 
     @property
     def label(self) -> str:
         return self.name + (f" ({self.dist})" if self.dist else "")
 
 
-@dataclass(frozen=True)
 class Candidate:
     """One compiled variant serving an op on one arch: what the tables and explain show."""
-    key: str                        # `plugin:key` for a plugin's variant of another pack's op
-    variant: Variant                # params, rule, priority
-    record: manifest.VariantRecord  # cubin and plan
-    folder: Path
-    source: str                     # the PackSource name
+    __slots__ = ("key", "variant", "record", "folder", "source")
+
+    def __init__(self, key: str, variant: Variant, record: manifest.VariantRecord, folder: Path, source: str):
+        self.key = key            # `plugin:key` for a plugin's variant of another pack's op
+        self.variant = variant    # params, rule, priority
+        self.record = record      # cubin and plan
+        self.folder = folder
+        self.source = source      # the PackSource name
 
     def cubin(self, op: str) -> bytes:
         return manifest.read_cubin(self.folder, self.record, op)
 
 
-@dataclass
 class OpEntry:
-    owner: str
-    name: str                                        # registry key: `ns.op` or `plugin:ns.op`
-    sources: dict = field(default_factory=dict)      # arch -> [(Manifest, op name, key prefix, source)]
-    _spec: OpSpec | None = None
-    _candidates: dict = field(default_factory=dict)  # arch -> [Candidate], priority order
+    """One op under one registry name, with the manifests (per arch) its variants come from."""
+
+    def __init__(self, owner: str, name: str, sources: dict | None = None):
+        self.owner = owner
+        self.name = name                    # registry key: `ns.op` or `plugin:ns.op`
+        self.sources = sources or {}        # arch -> [(Manifest, op name, key prefix, source)]
+        self._spec: OpSpec | None = None
+        self._candidates: dict = {}         # arch -> [Candidate], priority order
 
     @property
     def spec(self) -> OpSpec:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 
-from . import diagnose, env
+from . import env
 from .assemble import op_words, slots, variant_words
 from .errors import NoKernelError, UnsupportedDeviceError
 from .registry import ARCH_OF_CAPABILITY, OpEntry, Registry
@@ -85,11 +85,13 @@ class Runtime:
 
     # ---- callbacks from the launcher ------------------------------------------------------
     def on_error(self, e: OpEntry, code, index, detail, bound, env_):
+        from . import diagnose
         raise diagnose.refusal(e.spec, code, index, detail, bound, env_, slots(e.spec).names)
 
     def fallback(self, e: OpEntry, bound: tuple, rows, env_):
         """No pack serves the device (rows None: the user opted in), or no variant accepts."""
         if rows is not None and not env.fallback_reference():
+            from . import diagnose
             raise NoKernelError(diagnose.no_kernel(e.spec, self._reasons(e, bound, rows), env_,
                                                    slots(e.spec).names))
         return run_reference(e.spec, bound)
@@ -110,6 +112,7 @@ class Runtime:
     # ---- explain --------------------------------------------------------------------------
     def _reasons(self, e: OpEntry, bound: tuple, rows) -> list:
         """(key, why) per variant of a table, from the launcher's (variant, code, index) rows."""
+        from . import diagnose
         out = []
         for v, code, idx in rows:
             plan = self._candidate[v].record.plan

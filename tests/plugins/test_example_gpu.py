@@ -67,6 +67,7 @@ def test_on_a_side_stream(seed):
 
 def test_plugin_op_under_torch_compile(seed):
     """The plugin's op is `torch.ops.example.scale_add`: compiled code calls it with no graph break."""
+    tkreg.register_torch_ops()
     def f(x, y):
         return torch.ops.example.scale_add(x, y, 0.5) * 2
 

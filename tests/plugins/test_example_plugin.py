@@ -98,7 +98,7 @@ def test_fresh_venv_lists_doctors_and_verifies_the_plugin(venv):
     assert "plugin:example (tkreg-example 0.1.0): loaded; archs sm_100a, sm_90a; 1 op(s)" in doc
     assert "example = tkreg_example (tkreg-example 0.1.0): loaded" in doc
     ver = vrun(venv, "tkreg", "verify").stdout
-    assert "ok   plugin:example: 4 cubin(s)" in ver
+    assert "ok   plugin:example (tkreg-example 0.1.0): 4 cubin(s)" in ver
 
 
 CALL = r"""

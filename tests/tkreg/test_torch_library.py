@@ -18,6 +18,31 @@ def cpu_reference(monkeypatch):
     monkeypatch.setenv("TKREG_FALLBACK", "reference")
 
 
+COMPILE_FIRST = r"""
+import torch, tkreg
+from tkreg import reference
+def f(x, w, wu):
+    return tkreg.ops.gemm(tkreg.ops.rms_norm(x, w), wu)
+x, w, wu = torch.randn(5, 1024, dtype=torch.bfloat16), torch.randn(1024, dtype=torch.bfloat16), torch.randn(64, 1024, dtype=torch.bfloat16)
+assert not hasattr(torch.ops.tkreg, "rms_norm")           # nothing registered before compiling
+got = torch.compile(f, fullgraph=True, backend="aot_eager")(x, w, wu)
+torch.testing.assert_close(got, reference.gemm(reference.rms_norm(x, w, 1e-6), wu))
+print("OK", sorted(n for n in ("rms_norm", "gemm", "silu_and_mul") if hasattr(torch.ops.tkreg, n)))
+"""
+
+
+def test_compiling_first_registers_what_it_needs():
+    """A fresh process compiles a model before any tkreg call: each op becomes a torch op while
+    Dynamo traces it (no graph break), and only the ops it uses are registered."""
+    import os
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", COMPILE_FIRST], capture_output=True, text=True, cwd="/",
+                       env=dict(os.environ, TKREG_FALLBACK="reference"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "OK ['gemm', 'rms_norm']" in r.stdout
+
+
 def test_schemas_follow_the_specs():
     assert schema(RUNTIME.registry.entry("tkreg.rms_norm").spec) == "rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor"
     assert schema(RUNTIME.registry.entry("tkreg.gemm").spec) == "gemm(Tensor a, Tensor b) -> Tensor"
@@ -28,6 +53,7 @@ def test_schemas_follow_the_specs():
 
 
 def test_every_op_is_registered():
+    assert tkreg.register_torch_ops()
     for o in tkreg.list_ops():
         ns, short = o["op"].split(".", 1)
         assert hasattr(getattr(torch.ops, ns), short), o["op"]
@@ -42,6 +68,7 @@ def test_every_op_is_registered():
                                    torch.randn(1024, dtype=BF16), 1e-6)),
 ])
 def test_opcheck(op, args):
+    tkreg.register_torch_ops()
     torch.library.opcheck(getattr(torch.ops.tkreg, op).default, args(),
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
 

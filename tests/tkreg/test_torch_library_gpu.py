@@ -91,6 +91,7 @@ def test_compiled_block_matches_eager(tokens, seed):
                                    torch.randn(1024, dtype=BF16, device="cuda"), 1e-6)),
 ])
 def test_opcheck_on_gpu(op, make):
+    tkreg.register_torch_ops()
     torch.library.opcheck(getattr(torch.ops.tkreg, op).default, make())
 
 

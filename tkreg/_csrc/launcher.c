@@ -30,7 +30,7 @@ __asm__(".symver dlerror,dlerror@GLIBC_2.17");
 
 enum { MAXDEV = 64, MAXRANK = 8, MAXT = 32, MAXS = 32, MAXSLOT = 64, MAXBIND = 128, MAXP = 64, MAXTMA = 16,
        MAXK = 16, STACK = 32, PBUF = 8192 };
-enum { CALL, CHECK, PACK }; /* what dispatch does after validation */
+enum { CALL, CHECK }; /* what dispatch does after validation */
 
 #define DECLARE_FN(name, args) static CUresult(*p_##name) args;
 TKREG_CU_FUNCS(DECLARE_FN)
@@ -191,7 +191,7 @@ static PyObject *tp_alloc(PyTypeObject *tp) { return ((allocfunc)PyType_GetSlot(
 /* ---- Variant ------------------------------------------------------------------------------ */
 typedef struct { int tensor, dtype, rank; Prog dims[5], strides[4]; uint32_t box[5], estr[5]; int il, sw, l2, oob; } Tma;
 typedef struct { int kind, index, type, off; } Param;
-typedef struct { Prog grid[3], smem; unsigned block[3], cluster[3]; int coop, pdl, np, psize; Param p[MAXP]; } Kernel;
+typedef struct { Prog grid[3], smem; unsigned block[3], cluster[3]; int coop, pdl, np; Param p[MAXP]; } Kernel;
 typedef struct {
     PyObject_HEAD
     int nt, ns, nslot, ncons, ntma, nkern, nset, dtypes[MAXT], set_slot[MAXSLOT];
@@ -269,24 +269,27 @@ static PyType_Slot Variant_slots[] = {
     {Py_tp_doc, "A compiled variant: its launch plan and, once loaded, its module per device."}, {0, NULL}};
 static PyType_Spec Variant_spec = {"tkreg._launcher.Variant", sizeof(Variant), 0, Py_TPFLAGS_DEFAULT, Variant_slots};
 
-/* The kernel's parameters as the cubin declares them (count, sizes) must be the plan's. */
+/* The kernel's parameters as the cubin declares them (count, sizes) must be the plan's.  Each
+ * gets its place in the launch buffer here (CUtensorMaps 64-byte aligned, as the encoder needs). */
 static int check_params(Variant *v, Kernel *K, CUfunction f, const char *kname, PyObject *op) {
-    size_t off = 0, size = 0, want = 0;
-    int n = 0;
+    size_t off, size, want = 0;
+    int n = 0, end = 0;
     CUresult r;
     for (; (r = p_cuFuncGetParamInfo(f, n, &off, &size)) == CUDA_SUCCESS; n++) {
         Param *P = &K->p[n < K->np ? n : 0];
         want = P->kind == P_PTR ? 8 : P->kind == P_TMA ? sizeof(CUtensorMap) : (size_t)TYPE_SIZE[P->type];
-        if (n < K->np && (size != want || off + size > PBUF || (P->kind == P_TMA && off % 64))) break;
-        if (n < K->np) P->off = (int)off, K->psize = (int)(off + size);
+        if (n < K->np && size != want) break;
+        int align = P->kind == P_TMA ? 64 : (int)want;
+        if (n < K->np) P->off = (end + align - 1) / align * align, end = P->off + (int)want;
     }
     if (r == CUDA_SUCCESS)
-        PyErr_Format(g_PackError, "%U[%U]: kernel %s parameter %d is %zu bytes at offset %zu in the cubin, the plan gives "
-                     "%zu bytes: the pack is broken, rebuild it", op, v->key, kname, n, size, off, want);
+        PyErr_Format(g_PackError, "%U[%U]: kernel %s parameter %d is %zu bytes in the cubin, the plan gives %zu bytes: "
+                     "the pack is broken, rebuild it", op, v->key, kname, n, size, want);
     else if (r != CUDA_ERROR_INVALID_VALUE) cu_fail(r, op, v->key, "cuFuncGetParamInfo");
     else if (n != K->np)
         PyErr_Format(g_PackError, "%U[%U]: kernel %s takes %d parameters in the cubin, the plan lists %d: the pack is "
                      "broken, rebuild it", op, v->key, kname, n, K->np);
+    else if (end > PBUF) PyErr_Format(g_PackError, "%U[%U]: kernel %s parameters take %d bytes", op, v->key, kname, end);
     else return 0;
     return -1;
 }
@@ -667,8 +670,7 @@ static int allocate(Op *o, Variant *v, Call *c) {
     return 0;
 }
 
-/* Launch every kernel of v (or, with `capture`, list what each launch would be: Op.pack). */
-static int launch(Op *o, Variant *v, Call *c, PyObject *capture) {
+static int launch(Op *o, Variant *v, Call *c) {
     CUstream stream;
     CUcontext prev = NULL;
     CUresult r;
@@ -738,15 +740,6 @@ static int launch(Op *o, Variant *v, Call *c, PyObject *capture) {
         }
         if (K->coop) at[na].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE, at[na++].value.cooperative = 1;
         if (K->pdl) at[na].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, at[na++].value.programmaticStreamSerializationAllowed = 1;
-        if (capture) { /* the bench's bare-driver probe relaunches exactly this */
-            PyObject *offs = PyTuple_New(K->np), *row;
-            for (int j = 0; offs && j < K->np; j++) PyTuple_SetItem(offs, j, PyLong_FromLong(K->p[j].off));
-            row = offs ? Py_BuildValue("(KLLLIIIlKy#Ni)", (unsigned long long)(uintptr_t)f, g[0], g[1], g[2], K->block[0], K->block[1], K->block[2],
-                                       (long)smem, (unsigned long long)(uintptr_t)stream, buf, (Py_ssize_t)K->psize, offs, na) : NULL;
-            if (!row || PyList_Append(capture, row)) { Py_XDECREF(row); goto out; }
-            Py_DECREF(row);
-            continue;
-        }
         CUlaunchConfig cfg = {(unsigned)g[0], (unsigned)g[1], (unsigned)g[2], K->block[0], K->block[1], K->block[2], (unsigned)smem, stream, at, na};
         if ((r = na ? p_cuLaunchKernelEx(&cfg, f, pp, NULL)
                     : p_cuLaunchKernel(f, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, stream, pp, NULL))) {
@@ -760,12 +753,12 @@ out:
 }
 
 /* The chosen variant's run: its parameters into the slots, late shape checks, allocation, launch. */
-static PyObject *run(Op *o, Variant *v, Call *c, PyObject *capture) {
+static PyObject *run(Op *o, Variant *v, Call *c) {
     PyObject *res = NULL;
     int ok = 1;
     for (int k = 0; k < v->nset; k++) c->env[v->set_slot[k]] = v->set_val[k], c->bound[v->set_slot[k]] = 1;
     for (int i = 0; i < o->nt && c->late && ok; i++) ok = o->t[i].role != ROLE_OUTPUT || !c->t[i].obj || !check_dims(o, c, i);
-    if (ok && !allocate(o, v, c) && !launch(o, v, c, capture)) {
+    if (ok && !allocate(o, v, c) && !launch(o, v, c)) {
         res = o->nout == 0 ? Py_NewRef(Py_None) : o->nout == 1 ? NULL : PyTuple_New(o->nout);
         for (int i = 0, k = 0; i < o->nt; i++) {
             if (o->t[i].role != ROLE_OUTPUT) continue;
@@ -779,17 +772,13 @@ static PyObject *run(Op *o, Variant *v, Call *c, PyObject *capture) {
 
 static PyObject *dispatch(Op *o, PyObject *args, PyObject *kw, int mode, PyObject *table) {
     Call c;
-    PyObject *bound, *rows = NULL, *env, *r, *cap = NULL;
+    PyObject *bound, *rows = NULL, *env, *r;
     if (bind_args(o, args, kw, &c) || validate(o, &c)) return NULL;
     int g = mode == CALL ? needs_autograd(o, &c) : 0;
     if (g < 0 || (!g && !table && !(table = device_table(o, c.dev)))) return NULL;
     if (table != Py_None && o->sm_slot >= 0 && c.dev >= -1) c.env[o->sm_slot] = g_sm[c.dev + 1], c.bound[o->sm_slot] = c.dev >= 0;
     int idx = !g && table != Py_None && mode != CHECK ? select_variant(o, table, &c) : -1;
-    if (idx >= 0) {
-        if (mode == PACK && !(cap = PyList_New(0))) return NULL;
-        r = run(o, (Variant *)PyTuple_GetItem(table, idx), &c, cap);
-        return mode == PACK ? (r ? Py_BuildValue("(NN)", r, cap) : (Py_DECREF(cap), NULL)) : r;
-    }
+    if (idx >= 0) return run(o, (Variant *)PyTuple_GetItem(table, idx), &c);
     if (!g && table != Py_None && !(rows = reject_rows(o, table, &c))) return NULL;
     env = env_tuple(o, &c), bound = bound_tuple(o, &c);
     r = !bound || !env ? NULL
@@ -809,17 +798,9 @@ static PyObject *Op_check(PyObject *self, PyObject *a) {
     return dispatch((Op *)self, args, kw, CHECK, table);
 }
 
-/* pack(args, kwargs) -> (outputs, [(function, grid, block, smem, stream, params, offsets, attrs) per kernel]):
- * a call prepared, not launched (pass out= so the buffers outlive it). */
-static PyObject *Op_pack(PyObject *self, PyObject *a) {
-    PyObject *args, *kw;
-    return PyArg_ParseTuple(a, "O!O!:pack", &PyTuple_Type, &args, &PyDict_Type, &kw) ? dispatch((Op *)self, args, kw, PACK, NULL) : NULL;
-}
-
 static PyObject *Op_name(PyObject *self, void *closure) { return Py_NewRef(((Op *)self)->name); }
 static PyMethodDef Op_methods[] = {
     {"check", Op_check, METH_VARARGS, "check(args, kwargs, table=None) -> (device, bound, env, rows)"},
-    {"pack", Op_pack, METH_VARARGS, "pack(args, kwargs) -> (outputs, launches): prepared, not launched"},
     {NULL}};
 static PyGetSetDef Op_getset[] = {{"name", Op_name, NULL, "qualified op name", NULL}, {NULL}};
 static PyType_Slot Op_slots[] = {

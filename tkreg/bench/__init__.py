@@ -35,8 +35,8 @@ def bench_host_cost(progress, rounds=7, bursts=25, k=200):
     every burst of every row is paired with a driver-floor burst taken just before it: a row's
     "above the floor" is the median of those paired differences, its time the median of its
     samples (7 rounds x 25 bursts x 200 calls = 35k calls per row).  Two rows split the tkreg
-    call: a C loop of `cuLaunchKernel` on the rms_norm kernel with its own parameters (the
-    driver's share) and that kernel's GPU time.
+    call: the native op from a C loop (no Python loop or wrapper: the launcher's own share) and
+    the kernel's GPU time.
     """
     torch = need_torch()
     import tkreg
@@ -63,11 +63,10 @@ def bench_host_cost(progress, rounds=7, bursts=25, k=200):
             return burst_us(lambda: tkreg.ops.rms_norm(x, w, out=out), k)
 
     op(x, w, 1e-6, out)  # loads the module and makes its context current for the probes
-    _, (packed,) = op.pack((x, w, 1e-6, out), {})
+    tkreg.register_torch_ops()  # for the torch.ops row
     driver = c_loop(lambda: _probe.driver_floor(dev, stream, k))
     cases = {
-        "driver cuLaunchKernel (C loop, the rms_norm kernel and its parameters)": c_loop(
-            lambda: _probe.bare_launch(packed, k)),
+        "native Op call from a C loop (out=)": c_loop(lambda: _probe.call_loop(op, (x, w, 1e-6, out), k)),
         "torch.add(a, b, out=c)": lambda: burst_us(lambda: torch.add(a, b, out=c), k),
         "torch.empty_like": lambda: burst_us(lambda: torch.empty_like(x), k),
         EAGER: lambda: burst_us(lambda: F.rms_norm(x, (1024,), w, 1e-6), k),

@@ -2,8 +2,6 @@
  *
  *   driver_floor(device, stream, n) -> us per cuLaunchKernel of an empty kernel (the floor any
  *                                      launcher pays; its PTX is JIT'ed by the driver once)
- *   bare_launch(launch, n)          -> us per cuLaunchKernel of one launch that the launcher
- *                                      prepared (`Op.pack`): the driver's share of a tkreg call
  *   call_loop(fn, args, n)          -> us per fn(*args) from a C loop (no Python loop overhead)
  *
  * libcuda.so.1 is dlopen'ed; the launcher made the device's primary context current before,
@@ -70,34 +68,6 @@ static PyObject *driver_floor(PyObject *m, PyObject *args) {
     return PyFloat_FromDouble(us);
 }
 
-/* launch: one row of Op.pack: (function, gx, gy, gz, bx, by, bz, smem, stream, params, offsets, attrs) */
-static PyObject *bare_launch(PyObject *m, PyObject *args) {
-    unsigned long long f, stream;
-    long long g[3];
-    unsigned b[3];
-    long smem;
-    const char *buf;
-    Py_ssize_t len;
-    PyObject *offs;
-    int na, n;
-    if (!PyArg_ParseTuple(args, "(KLLLIIIlKy#O!i)i:bare_launch", &f, &g[0], &g[1], &g[2], &b[0], &b[1], &b[2], &smem, &stream,
-                          &buf, &len, &PyTuple_Type, &offs, &na, &n) || load()) return NULL;
-    if (na) { PyErr_SetString(PyExc_ValueError, "bare_launch: launches with attributes are not probed"); return NULL; }
-    _Alignas(64) unsigned char copy[8192];
-    void *pp[64];
-    if (len > (Py_ssize_t)sizeof copy || PyTuple_Size(offs) > 64) { PyErr_SetString(PyExc_ValueError, "bare_launch: too many parameters"); return NULL; }
-    memcpy(copy, buf, len);
-    for (Py_ssize_t j = 0; j < PyTuple_Size(offs); j++) pp[j] = copy + PyLong_AsLong(PyTuple_GetItem(offs, j));
-    CUresult r = 0;
-    double t0 = now_us();
-    for (int i = 0; i < n && !r; i++)
-        r = p_launch((CUfunction)(uintptr_t)f, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], b[0], b[1], b[2], (unsigned)smem,
-                     (CUstream)(uintptr_t)stream, pp, NULL);
-    double us = (now_us() - t0) / n;
-    if (r) return PyErr_Format(PyExc_RuntimeError, "bare_launch: CUDA error %d", r);
-    return PyFloat_FromDouble(us);
-}
-
 static PyObject *call_loop(PyObject *m, PyObject *a) {
     PyObject *fn, *args;
     int n;
@@ -113,7 +83,6 @@ static PyObject *call_loop(PyObject *m, PyObject *a) {
 
 static PyMethodDef methods[] = {
     {"driver_floor", driver_floor, METH_VARARGS, "driver_floor(device, stream, n) -> us per empty-kernel launch"},
-    {"bare_launch", bare_launch, METH_VARARGS, "bare_launch(launch, n) -> us per cuLaunchKernel of a packed launch"},
     {"call_loop", call_loop, METH_VARARGS, "call_loop(fn, args, n) -> us per call from a C loop"},
     {NULL}};
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_probe", "tkreg's bench probes (CUDA driver timing)", 0, methods};

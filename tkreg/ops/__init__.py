@@ -10,16 +10,3 @@ from .gemm import gemm  # noqa: F401
 from .norm import fused_add_rms_norm, rms_norm, rms_norm_backward  # noqa: F401
 from .rotary import rotary_embedding  # noqa: F401
 
-
-def _register_torch_ops():
-    """torch.ops.<ns>.<op> for every op, so torch.compile can trace tkreg calls from the start."""
-    import warnings
-    try:
-        from ..runtime import RUNTIME
-        RUNTIME.register_torch()
-    except Exception as e:  # noqa: BLE001 - eager calls still work; compiled code graph-breaks
-        warnings.warn(f"tkreg: torch custom ops not registered ({type(e).__name__}: {e}); torch.compile "
-                      "will graph-break at tkreg calls", RuntimeWarning, stacklevel=3)
-
-
-_register_torch_ops()

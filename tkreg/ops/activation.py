@@ -59,6 +59,6 @@ class SiluAndMulGrad:
 
     @staticmethod
     def backward(ctx, dy):
-        import torch
+        from ..torch_library import op
         (x,) = ctx.saved_tensors
-        return torch.ops.tkreg.silu_and_mul_backward(dy.contiguous(), x)
+        return op("tkreg.silu_and_mul_backward")(dy.contiguous(), x)

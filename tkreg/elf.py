@@ -29,8 +29,30 @@ def cubin_sm(data: bytes) -> int:
     return (flags >> 8) & 0xFF
 
 
+def check_structure(data: bytes) -> None:
+    """The ELF header, program and section tables and every section lie inside the file: the
+    driver parses them without bounds checks (a cubin with scrambled tables crashed
+    cuModuleLoadData with SIGSEGV on an H200, driver 580), so this runs before each first load."""
+    if len(data) < 64:
+        raise ValueError("truncated ELF header")
+    phoff, shoff = struct.unpack_from("<QQ", data, 32)
+    ehsize, phentsize, phnum, shentsize, shnum, shstrndx = struct.unpack_from("<6H", data, 52)
+    if ehsize != 64 or shentsize != 64 or (phnum and phentsize != 56):
+        raise ValueError("ELF header sizes are not ELF64's")
+    if phoff + phnum * 56 > len(data) or shoff + shnum * 64 > len(data) or not 0 < shstrndx < shnum:
+        raise ValueError("ELF program or section table lies outside the file")
+    for i in range(shnum):
+        name, typ, _, _, off, size = struct.unpack_from("<IIQQQQ", data, shoff + 64 * i)
+        if typ != 8 and off + size > len(data):  # 8: SHT_NOBITS (no bytes in the file)
+            raise ValueError(f"ELF section {i} lies outside the file")
+    str_off, str_size = struct.unpack_from("<QQ", data, shoff + 64 * shstrndx + 24)
+    if any(struct.unpack_from("<I", data, shoff + 64 * i)[0] >= str_size for i in range(shnum)):
+        raise ValueError("ELF section name outside the string table")
+
+
 def check_cubin(data: bytes, arch: str) -> None:
-    """Raise ValueError when `data` is not a cubin for `arch`."""
+    """Raise ValueError when `data` is not a well-formed cubin for `arch`."""
     got, want = cubin_sm(data), sm_of_arch(arch)
     if got != want:
         raise ValueError(f"cubin is for sm_{got}, expected {arch}")
+    check_structure(data)

@@ -61,8 +61,14 @@ class Candidate:
         self.folder = folder
         self.source = source      # the PackSource name
 
-    def cubin(self, op: str) -> bytes:
-        return manifest.read_cubin(self.folder, self.record, op)
+    def cubin(self, op: str, arch: str) -> bytes:
+        """The bytes the launcher loads: sha256 and ELF checked first (the driver trusts them)."""
+        data = manifest.read_cubin(self.folder, self.record, op)
+        try:
+            check_cubin(data, arch)
+        except ValueError as e:
+            raise PackError(f"{op}[{self.key}]: {self.folder / self.record.cubin}: {e}") from None
+        return data
 
 
 class OpEntry:

@@ -77,7 +77,7 @@ class Runtime:
             for c in e.candidates(arch):
                 where = f"{spec.name}[{c.key}]"
                 v = V(c.key, *variant_words(spec, c.variant.kwargs(), c.record.plan, where),
-                      functools.partial(c.cubin, spec.name))
+                      functools.partial(c.cubin, spec.name, arch))
                 self._candidate[v] = c
                 rows.append(v)
             t = self._tables[(e.name, arch)] = tuple(rows)

@@ -19,7 +19,7 @@ from tkreg.errors import TkregError
 from tkreg.registry import Registry
 from tkreg.runtime import Runtime
 
-from .conftest import OP, PROBE, TARGETED, get, leaves, put
+from .conftest import OP, PROBE, TARGETED, garbage_cubin, get, leaves, put
 
 BF16 = torch.bfloat16
 CLEAN = (TkregError, TypeError, ValueError)   # what a broken pack may raise: nothing else
@@ -64,6 +64,16 @@ def test_caught_on_the_cpu_where_it_can_be(tmp_path):
         m = json.loads(json.dumps(RAW))
         TARGETED[name](m)
         assert exercise(tmp_path, m) == "skipped", name
+
+
+def test_a_garbage_cubin_never_reaches_the_driver(tmp_path):
+    """Scrambled ELF tables (its sha256 updated to match) crashed cuModuleLoadData: the ELF check
+    refuses it when the pack loads, and again before any first load."""
+    pack = tmp_path / "pack"
+    shutil.copytree(PROBE, pack)
+    garbage_cubin(pack)
+    with pytest.warns(RuntimeWarning, match="ELF .* outside the file"):
+        assert Runtime(Registry()).register_pack(pack).state.startswith("skipped")
 
 
 values = st.one_of(st.integers(-3, 3), st.integers(-2**63, 2**63 - 1), st.sampled_from(["", "$M", "$Q", "+", "x", "bias"]),

@@ -503,8 +503,9 @@ static int eval_or_refuse(Op *o, Call *c, Prog p, int i, int r, int64_t *out) {
 static int check_dims(Op *o, Call *c, int i) {
     int64_t want;
     for (int r = 0; r < o->t[i].rank; r++) {
-        if (o->t[i].role == ROLE_OUTPUT && prog_eval(o->t[i].dims[r], c->env, c->bound, &want) == -1) { c->late = 1; continue; }
-        if (eval_or_refuse(o, c, o->t[i].dims[r], i, r, &want)) return -1;
+        int rc = prog_eval(o->t[i].dims[r], c->env, c->bound, &want);
+        if (rc == -1 && o->t[i].role == ROLE_OUTPUT) { c->late = 1; continue; } /* uses a variant parameter */
+        if (rc) return refuse(o, c, rc == -1 ? E_UNBOUND : E_EVAL, i, r, NULL);
         if (c->t[i].shape[r] != want) return refuse(o, c, E_SHAPE, i, r, NULL);
     }
     return 0;
@@ -545,6 +546,7 @@ static int validate(Op *o, Call *c) {
         c->env[b->slot] = b->kind == S_DIM ? a->shape[b->b] : b->kind == S_STRIDE ? a->stride[b->b] : b->kind == S_PRESENT ? a->obj != NULL
                           : o->stype[b->a] == T_INT32 ? c->scal[b->a].i32 : o->stype[b->a] == T_BOOL ? c->scal[b->a].b : c->scal[b->a].i64;
         c->bound[b->slot] = 1;
+        if (b->kind == S_DIM && !o->index64 && c->env[b->slot] > INT32_MAX) return refuse(o, c, E_SIZE32, b->a, c->env[b->slot], NULL);
     }
     for (int i = 0; i < o->nt; i++) {
         TArg *a = &c->t[i];
@@ -560,8 +562,6 @@ static int validate(Op *o, Call *c) {
         if (numel > 0 && a->ptr % 16) return refuse(o, c, E_ALIGN, i, (int64_t)(a->ptr % 16), NULL);
         if (!o->index64 && numel > INT32_MAX) return refuse(o, c, E_NUMEL32, i, numel, NULL);
     }
-    for (int k = 0; k < o->nbind && !o->index64; k++)
-        if (o->bind[k].kind == S_DIM && c->bound[o->bind[k].slot] && c->env[o->bind[k].slot] > INT32_MAX) return refuse(o, c, E_SIZE32, o->bind[k].a, c->env[o->bind[k].slot], NULL);
     for (int i = 0; i < o->nt; i++) { /* one device, checked last so CPU tensors exercise every check above */
         if (c->t[i].obj && c->dev != -2 && c->t[i].dev != c->dev) return refuse(o, c, E_DEVICE, i, c->dev, NULL);
         if (c->t[i].obj) c->dev = c->t[i].dev;

@@ -80,12 +80,10 @@ def extract(spec: OpSpec, variant: Variant, func, artifact) -> Plan:
             buffers[b.name] = b
         else:
             scalar_params.add(p.name)
-    unknown = set(buffers) - set(tensors)
-    if unknown:
-        raise SpecError(f"{where}: kernel tensors {sorted(buffers)} differ from the spec's {sorted(tensors)}")
-    missing = {t.name for t in spec.tensors if t.role == "output"} - set(buffers)
-    if missing:
-        raise SpecError(f"{where}: the kernel does not take output(s) {sorted(missing)}")
+    try:
+        spec.check_uses(buffers)
+    except SpecError as e:
+        raise SpecError(f"{where}: kernel tensors {sorted(buffers)} differ from the spec's {sorted(tensors)}: {e}") from None
     if scalar_params - set(scalars) - set(DEVICE_SYMBOLS):
         raise SpecError(f"{where}: kernel scalars {sorted(scalar_params)} differ from the spec's {sorted(scalars)}")
 

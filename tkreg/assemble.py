@@ -113,12 +113,7 @@ def _variant_words(spec: OpSpec, params: dict, plan: Plan):
     tindex = {t.name: i for i, t in enumerate(spec.tensors)}
     sindex = {s.name: i for i, s in enumerate(spec.scalars)}
     uses = plan.uses
-    unknown = set(uses) - set(tindex)
-    if unknown:
-        raise KeyError(f"the kernels take tensors {sorted(unknown)} the op does not have")
-    missing = {t.name for t in spec.tensors if t.role == "output"} - set(uses)
-    if missing:
-        raise ValueError(f"no kernel writes output(s) {sorted(missing)}")
+    spec.check_uses(uses)
     w = [len(spec.tensors), len(spec.scalars), len(sl.names)]
     w += [codes.DTYPES[uses[t.name]][0] if t.name in uses else -1 for t in spec.tensors]
     w.append(sum(1 << tindex[n] for n in uses))

@@ -48,90 +48,82 @@ def expected_shape(t, env: dict) -> str:
     return _shape(dims)
 
 
+# Refusals whose message needs no more than the argument and the detail.
+_SIMPLE = {
+    "twice": "{name} given twice",
+    "required": "argument {name} is required, got None",
+    "not_tensor": "argument {name} must be a torch.Tensor, got {xtype!r}",
+    "dtype_unknown": "argument {name} has dtype {xdtype}, which no tkreg kernel takes",
+    "unbound": "cannot infer every size of {name}: an optional input that defines one is None",
+    "contiguous": "argument {name} must be contiguous (row-major), got strides {xstrides}; call .contiguous() first",
+    "align": ("argument {name} data pointer is not 16-byte aligned (offset {detail}); kernels load 16 bytes at a "
+              "time: pass a tensor that starts at an aligned address (e.g. .clone())"),
+    "numel32": ("argument {name} has {detail} elements; the kernels index with int32 (max 2147483647); this op "
+                "is not built for int64 indexing"),
+    "size32": "argument {name} has a size of {detail}, over the int32 range the kernels take",
+    "max_device": "device index {detail} is over the launcher's limit",
+    "scalar": "scalar {name} must be a number that fits {type}, got {x!r}",
+    "tma_zero": "argument {name} has a zero-sized dimension; this kernel reads it with TMA, which needs every size > 0",
+    "out_dtype": "cannot tell the dtype of {name}; pass it",
+    "eval": "a size of {name} cannot be evaluated (division by zero)",
+    "param32": "a size passed to the kernel is {detail}, over the int32 range it takes",
+}
+
+
 def refusal(spec: OpSpec, code: int, index: int, detail, bound: tuple, env: tuple, slot_names: tuple) -> Exception:
     """The exception for one refused call (TypeError for what was passed, ValueError for sizes)."""
     kind = _CODE.get(code, "unknown")
     nt = len(spec.tensors)
     arg = spec.tensors[index] if 0 <= index < nt else spec.scalars[index - nt] if nt <= index < nt + len(spec.scalars) else None
     x = bound[index] if 0 <= index < len(bound) else None
-    name = f"`{arg.name}`" if arg is not None else ""
-    values = _env(slot_names, env)
-    if kind == "nargs":
-        names = ", ".join(a.name for a in spec.user_args())
-        msg = f"takes at most {len(spec.user_args())} positional arguments ({names}), got {detail}"
+    name = f"`{arg.name}`" if arg is not None else "a kernel launch"
+    if kind in _SIMPLE:
+        msg = _SIMPLE[kind].format(name=name, detail=detail, x=x, xtype=type(x), xdtype=getattr(x, "dtype", "?"),
+                                   xstrides=_shape(x.stride()) if hasattr(x, "stride") else "?",
+                                   type=getattr(arg, "type", "?"))
+    elif kind == "nargs":
+        msg = (f"takes at most {len(spec.user_args())} positional arguments "
+               f"({', '.join(a.name for a in spec.user_args())}), got {detail}")
     elif kind == "kwarg":
         scratch = [t.name for t in spec.tensors if t.role == "scratch"]
         msg = (f"`{detail}` is scratch space the launcher allocates" if detail in scratch else
                f"unexpected argument(s) [{detail!r}]; it takes {sorted(a.name for a in spec.user_args())}")
-    elif kind == "twice":
-        msg = f"{name} given twice"
     elif kind == "missing":
         msg = f"missing {'tensor' if index < nt else 'scalar'} {name}"
-    elif kind == "required":
-        msg = f"argument {name} is required, got None"
-    elif kind == "not_tensor":
-        msg = f"argument {name} must be a torch.Tensor, got {type(x)!r}"
-    elif kind == "dtype_unknown":
-        msg = f"argument {name} has dtype {getattr(x, 'dtype', '?')}, which no tkreg kernel takes"
     elif kind == "dtype":
-        root = spec.tensor(spec.dtype_roots()[arg.name])
-        got = _dtype(_torch_dtype_name(x))
-        if root is arg and arg.dtypes:
-            msg = f"argument {name} has dtype {got}; expected {' or '.join(_dtype(d) for d in sorted(arg.dtypes, key=lambda d: DTYPES[d][0]))}"
-        elif root.dtypes:
-            want = _torch_dtype_name(bound[spec.tensors.index(root)])
-            msg = f"argument {name} has dtype {got}; expected {_dtype(want)}, the dtype of `{root.name}`"
-        else:
-            msg = f"argument {name} has dtype {got}; expected {_dtype(root.dtype)}"
+        msg = f"argument {name} has dtype {_dtype(_torch_dtype_name(x))}; expected {_wanted_dtype(spec, arg, bound)}"
     elif kind == "rank":
         msg = f"argument {name} must have {len(arg.shape)} dims, got shape {_shape(x.shape)}"
-    elif kind == "unbound":
-        msg = (f"cannot infer every size of {name or 'the call'}: an optional input that defines one is None"
-               if arg is not None else "cannot infer every size: an input that defines one is None")
     elif kind == "shape":
-        msg = (f"argument {name} has shape {_shape(x.shape)}; expected {expected_shape(arg, values)} from the other "
-               f"arguments (dim {detail} differs)")
+        msg = (f"argument {name} has shape {_shape(x.shape)}; expected {expected_shape(arg, _env(slot_names, env))} "
+               f"from the other arguments (dim {detail} differs)")
     elif kind == "stride":
-        want = "?"
         try:
-            want = expr.evaluate(arg.stride_progs()[detail], values)
+            want = expr.evaluate(arg.stride_progs()[detail], _env(slot_names, env))
         except (KeyError, ZeroDivisionError):
-            pass
+            want = "?"
         msg = (f"argument {name} has strides {_shape(x.stride())}; expected stride {want} in dim {detail} "
                f"(declared {_shape(arg.strides)})")
-    elif kind == "contiguous":
-        msg = f"argument {name} must be contiguous (row-major), got strides {_shape(x.stride())}; call .contiguous() first"
-    elif kind == "align":
-        msg = (f"argument {name} data pointer is not 16-byte aligned (offset {detail}); kernels load 16 bytes at a "
-               "time: pass a tensor that starts at an aligned address (e.g. .clone())")
-    elif kind == "numel32":
-        msg = (f"argument {name} has {detail} elements; the kernels index with int32 (max {2**31 - 1}); "
-               "this op is not built for int64 indexing")
-    elif kind == "size32":
-        msg = f"argument {name} has a size of {detail}, over the int32 range the kernels take"
     elif kind == "device":
-        first = "cpu" if detail < 0 else f"cuda:{detail}"
-        msg = f"argument {name} is on {_device(x)} but earlier arguments are on {first}; all must share one CUDA device"
-    elif kind == "max_device":
-        msg = f"device index {detail} is over the launcher's limit"
-    elif kind == "scalar":
-        msg = f"scalar {name} must be a number that fits {arg.type}, got {x!r}"
-    elif kind == "tma_zero":
-        msg = (f"argument {name} has a zero-sized dimension; this kernel reads it with TMA, which needs every "
-               "size > 0")
+        msg = (f"argument {name} is on {_device(x)} but earlier arguments are on "
+               f"{'cpu' if detail < 0 else f'cuda:{detail}'}; all must share one CUDA device")
     elif kind == "tma_stride":
         elem = getattr(x, "element_size", lambda: 1)()
         msg = (f"argument {name} has a row stride of {detail} bytes; TMA needs a multiple of 16 (pad the last "
                f"dim to a multiple of {max(1, 16 // elem)} elements)")
-    elif kind == "out_dtype":
-        msg = f"cannot tell the dtype of {name}; pass it"
-    elif kind == "eval":
-        msg = f"a size of {name or 'a kernel launch'} cannot be evaluated (division by zero)"
-    elif kind == "param32":
-        msg = f"a size passed to the kernel is {detail}, over the int32 range it takes"
     else:
         msg = f"refused (code {code}, argument {index}, detail {detail!r})"
     return (TypeError if kind in _TYPE_ERRORS else ValueError)(f"{spec.name}: {msg}")
+
+
+def _wanted_dtype(spec: OpSpec, t, bound: tuple) -> str:
+    """What tensor `t` must be, in words: its dtype set, its root's dtype, or its fixed dtype."""
+    root = spec.tensor(spec.dtype_roots()[t.name])
+    if root is t and t.dtypes:
+        return " or ".join(_dtype(d) for d in sorted(t.dtypes, key=lambda d: DTYPES[d][0]))
+    if root.dtypes:
+        return f"{_dtype(_torch_dtype_name(bound[spec.tensors.index(root)]))}, the dtype of `{root.name}`"
+    return _dtype(root.dtype)
 
 
 def rejection(spec: OpSpec, code: int, index: int, bound: tuple, constraints: tuple, want_dtypes: dict) -> str:

@@ -367,6 +367,15 @@ class OpSpec:
             roots[t.name] = cur.name
         return roots
 
+    def check_uses(self, names) -> None:
+        """A variant's kernels take a subset of the op's tensors, every output among them."""
+        unknown = set(names) - {t.name for t in self.tensors}
+        if unknown:
+            raise SpecError(f"the kernels take tensors {sorted(unknown)} the op does not have")
+        missing = {t.name for t in self.tensors if t.role == "output"} - set(names)
+        if missing:
+            raise SpecError(f"no kernel takes output(s) {sorted(missing)}")
+
     def user_args(self) -> list:
         """The calling convention: input tensors, then scalars, then outputs (all by position or
         name; scratch is never passed).  torch schemas list the first two the same way."""

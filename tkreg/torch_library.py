@@ -7,11 +7,9 @@ Outputs are returned, never passed in (functional form); in-place tensors are `T
 Schema arguments are the calling convention's inputs then scalars, so the implementation passes
 them through unchanged.
 
-The typed eager functions (`tkreg.ops.*`) stay on the launcher's fast path and branch on
-`torch.compiler.is_dynamo_compiling()` (24 ns eager; Dynamo folds it to True while tracing) to
-`graph()`, which calls these custom ops: compiled code has no graph break.  An op is registered
-the first time something needs it as a torch op (`op(name)`: compiling, autograd, opcheck), not
-at import, so eager use never pays for it; `tkreg.register_torch_ops()` registers them all.
+The run time (tkreg/runtime.py) registers an op the first time something needs it as a torch op
+(compiling a typed function: tkreg/ops/_route.py; autograd; `tkreg.register_torch_ops()`), not at
+import, so eager use never pays for it.  This module knows nothing of the run time.
 """
 from __future__ import annotations
 
@@ -112,37 +110,3 @@ def register(spec: OpSpec, op_of) -> bool:
                 setup_context=lambda ctx, inputs, output: import_ref(ref).setup_context(ctx, inputs, output), lib=lib)
         GRAPH[name] = getattr(getattr(torch.ops, spec.namespace), spec.short)
         return True
-
-
-def _registered(name: str) -> str:
-    """Registers `name` as a torch op if it is not yet, and returns it.  Marked as Dynamo's
-    assume_constant_result (below): Dynamo runs it for real while tracing and takes the result
-    as a constant, so a model compiles with no tkreg call before it and no graph break."""
-    from .runtime import RUNTIME
-    RUNTIME.torch_op(name)
-    return name
-
-
-# What torch.compiler.assume_constant_result does (torch 2.1 to 2.13), without the 1.3 s import
-# of torch._dynamo it costs; tests/tkreg/test_torch_library.py compiles a fresh process to check.
-_registered._dynamo_marked_constant = True
-
-
-def op(name: str):
-    """`torch.ops.<ns>.<op>` for a qualified op name, registered first if needed (traceable)."""
-    import torch
-    ns, short = _registered(name).split(".", 1)
-    return getattr(getattr(torch.ops, ns), short)
-
-
-def graph(name: str, out, *args):
-    """The typed functions' path under torch.compile: the custom op, copied into `out=`."""
-    res = op(name)(*args)
-    if out is None:
-        return res
-    if isinstance(out, tuple):
-        for o, r in zip(out, res):
-            o.copy_(r)
-        return out
-    out.copy_(res)
-    return out

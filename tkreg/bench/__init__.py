@@ -232,7 +232,8 @@ def markdown(res: dict, jit: dict | None = None) -> str:
             f"`F.rms_norm`; with `out=` it is {above[OUT]:+.2f} µs above the bare driver launch.",
             "", f"Cold start (fresh process, torch already on the GPU; `import tkreg` + first `rms_norm`): "
             f"**{res['cold_start_ms']:.1f} ms** on the GPU machine above (median of 7; `import tkreg` alone, which "
-            f"reads the manifests and registers the torch custom ops: {res.get('cold_import_ms', float('nan')):.1f} ms)."]
+            f"reads nothing until the first call: {res.get('cold_import_ms', float('nan')):.1f} ms; the first call loads the packs, "
+            f"builds the op and loads its cubin)."]
     if jit:
         rn = jit["ops"].get("tkreg.rms_norm", next(iter(jit["ops"].values()), {}))
         out += ["", f"For contrast, what a JIT pays for that kernel on the build machine ({jit['machine']}, "

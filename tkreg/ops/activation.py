@@ -59,6 +59,6 @@ class SiluAndMulGrad:
 
     @staticmethod
     def backward(ctx, dy):
-        from ..torch_library import op
+        from ._route import op
         (x,) = ctx.saved_tensors
         return op("tkreg.silu_and_mul_backward")(dy.contiguous(), x)

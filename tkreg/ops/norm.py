@@ -39,7 +39,7 @@ class RmsNormGrad:
 
     @staticmethod
     def backward(ctx, dy):
-        from ..torch_library import op
+        from ._route import op
         x, weight = ctx.saved_tensors
         dx, dw = op("tkreg.rms_norm_backward")(dy.contiguous(), x, weight, ctx.eps)
         return dx, dw, None

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from .elf import check_cubin
 from .errors import PackError
 from .plan import Plan
+from .record import RECORD, Fields
 from .spec import OpSpec
 
 SCHEMA = 2
@@ -43,8 +43,8 @@ def cubin_name(op: str, key: str) -> str:
     return f"{op}__{hashlib.sha256(key.encode()).hexdigest()[:16]}.cubin"
 
 
-@dataclass(frozen=True)
-class VariantRecord:
+@RECORD
+class VariantRecord(Fields):
     """One compiled variant of one arch: its cubin and launch plan."""
     key: str
     cubin: str

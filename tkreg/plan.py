@@ -6,11 +6,11 @@ Programs (grid, smem, TMA dims/strides, constraints) are postfix tuples, see tkr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
 from .codes import PARAMS, TYPES
 from .errors import PackError
+from .record import RECORD, Fields
 
 
 def _prog(p) -> tuple:
@@ -19,8 +19,8 @@ def _prog(p) -> tuple:
     return tuple(p)
 
 
-@dataclass(frozen=True)
-class Param:
+@RECORD
+class Param(Fields):
     """One kernel parameter: a tensor's pointer (`name` the tensor), a TMA descriptor (`index`
     into Plan.tma), a symbol (`name`, `type` int32/int64) or a scalar (`name`, `type`)."""
     kind: str
@@ -50,8 +50,8 @@ class Param:
         return cls(d["kind"], d.get("tensor", d.get("name")), d.get("index"), d.get("type"))
 
 
-@dataclass(frozen=True)
-class TmaDesc:
+@RECORD
+class TmaDesc(Fields):
     """`cuTensorMapEncodeTiled`'s arguments for one tensor; dims innermost first, strides in
     bytes for dims 1.. (the element size is implied)."""
     tensor: str
@@ -87,8 +87,8 @@ class TmaDesc:
                    d["elem_strides"], d["interleave"], d["swizzle"], d["l2"], d["oob"])
 
 
-@dataclass(frozen=True)
-class Launch:
+@RECORD
+class Launch(Fields):
     """One kernel of the plan, in launch order."""
     name: str
     grid: tuple
@@ -120,8 +120,8 @@ class Launch:
                    tuple(Param.from_json(p) for p in d["params"]))
 
 
-@dataclass(frozen=True)
-class Constraint:
+@RECORD
+class Constraint(Fields):
     """A condition the variant needs (a static size it baked in, or its rule)."""
     text: str
     prog: tuple
@@ -137,8 +137,8 @@ class Constraint:
         return cls(d["text"], d["prog"])
 
 
-@dataclass(frozen=True)
-class Plan:
+@RECORD
+class Plan(Fields):
     """`dtypes` names each tensor the kernels take (a variant may leave some of the op's out)."""
     dtypes: tuple
     constraints: tuple

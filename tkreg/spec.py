@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable, Mapping
 
 from . import expr as _expr
@@ -27,13 +27,14 @@ from .codes import DEVICE_SYMBOLS, DTYPES as _DTYPE_CODES
 from .codes import ROLES as _ROLE_CODES
 from .codes import TYPES as _TYPE_CODES
 from .errors import SpecError
+from .record import RECORD, Fields
 
 DTYPES = tuple(_DTYPE_CODES)
 SCALAR_TYPES = tuple(_TYPE_CODES)
 ROLES = tuple(_ROLE_CODES)
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_QUALIFIED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
-_REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"  # patterns compile on first use (re caches them)
+_QUALIFIED = r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*"
+_REF = r"[A-Za-z_][\w.]*:[A-Za-z_]\w*"
 
 
 def import_ref(ref: str):
@@ -43,11 +44,11 @@ def import_ref(ref: str):
 
 
 def _is_symbol(d) -> bool:
-    return isinstance(d, str) and bool(_NAME.fullmatch(d))
+    return isinstance(d, str) and bool(re.fullmatch(_NAME, d))
 
 
-@dataclass(frozen=True)
-class Tensor:
+@RECORD
+class Tensor(Fields):
     """A tensor argument. `shape` holds symbol names, ints or small expressions ("H // 2").
 
     `dtypes` lists what the op accepts; `dtype_of` ties the dtype to another tensor's instead;
@@ -74,7 +75,7 @@ class Tensor:
         if self.strides is not None:
             object.__setattr__(self, "strides", tuple(self.strides))
         where = f"tensor `{self.name}`"
-        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+        if not isinstance(self.name, str) or not re.fullmatch(_NAME, self.name):
             raise SpecError(f"tensor name {self.name!r} is not an identifier")
         if sum(x is not None and x != () for x in (self.dtypes or None, self.dtype_of, self.dtype)) != 1:
             raise SpecError(f"{where}: give exactly one of dtypes=, dtype_of=, dtype=")
@@ -125,15 +126,15 @@ class Tensor:
                    None if strides is None else tuple(strides), d.get("zero", False))
 
 
-@dataclass(frozen=True)
-class Scalar:
+@RECORD
+class Scalar(Fields):
     """A scalar argument; `default=None` makes it required."""
     name: str
     type: str = "float32"
     default: Any = None
 
     def __post_init__(self):
-        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+        if not isinstance(self.name, str) or not re.fullmatch(_NAME, self.name):
             raise SpecError(f"scalar name {self.name!r} is not an identifier")
         if self.type not in SCALAR_TYPES:
             raise SpecError(f"scalar `{self.name}`: type {self.type!r} not in {SCALAR_TYPES}")
@@ -152,10 +153,10 @@ class Scalar:
 
 
 # ---- variant keys: `name=value` items, sorted, comma-joined; every value type round-trips ----
-_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
-_INT = re.compile(r"-?[0-9]+")
-_FLOAT = re.compile(r"-?(?:[0-9]+\.[0-9]*(?:e[+-]?[0-9]+)?|[0-9]+e[+-]?[0-9]+)")
-_ITEM = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|[^,"]*)(?:,|$)')
+_BARE = r"[A-Za-z_][A-Za-z0-9_.\-]*"
+_INT = r"-?[0-9]+"
+_FLOAT = r"-?(?:[0-9]+\.[0-9]*(?:e[+-]?[0-9]+)?|[0-9]+e[+-]?[0-9]+)"
+_ITEM = r'([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|[^,"]*)(?:,|$)'
 
 
 def _fmt(v) -> str:
@@ -169,7 +170,7 @@ def _fmt(v) -> str:
             raise SpecError(f"variant parameter value {v!r}: floats must be finite")
         return repr(v)
     if isinstance(v, str):
-        bare = _BARE.fullmatch(v) and v not in ("true", "false") and not _FLOAT.fullmatch(v)
+        bare = re.fullmatch(_BARE, v) and v not in ("true", "false") and not re.fullmatch(_FLOAT, v)
         return v if bare else json.dumps(v)
     raise SpecError(f"variant parameter value {v!r}: use ints, floats, bools or strings")
 
@@ -179,17 +180,17 @@ def _unfmt(s: str):
         return json.loads(s)
     if s in ("true", "false"):
         return s == "true"
-    if _INT.fullmatch(s):
+    if re.fullmatch(_INT, s):
         return int(s)
-    if _FLOAT.fullmatch(s):
+    if re.fullmatch(_FLOAT, s):
         return float(s)
-    if _BARE.fullmatch(s):
+    if re.fullmatch(_BARE, s):
         return s
     raise SpecError(f"bad variant key value {s!r}")
 
 
-@dataclass(frozen=True)
-class Variant:
+@RECORD
+class Variant(Fields):
     """One compiled instance: the factory's compile-time parameters, when it applies, its rank.
 
     `rule` is a boolean expression ("M <= 64 and K % 128 == 0", "has_bias"); static dims the
@@ -209,7 +210,7 @@ class Variant:
                  archs=None, pass_configs: Mapping | tuple = (), nvcc_flags=()):
         items = tuple(sorted(dict(params).items()))
         for k, v in items:
-            if not isinstance(k, str) or not _NAME.fullmatch(k):
+            if not isinstance(k, str) or not re.fullmatch(_NAME, k):
                 raise SpecError(f"variant parameter name {k!r} is not an identifier")
             _fmt(v)
         object.__setattr__(self, "params", items)
@@ -230,7 +231,7 @@ class Variant:
     def parse_key(key: str) -> dict:
         out, pos = {}, 0
         while pos < len(key):
-            m = _ITEM.match(key, pos)
+            m = re.compile(_ITEM).match(key, pos)
             if not m or m.end() == pos:
                 raise SpecError(f"bad variant key {key!r} at {key[pos:]!r}")
             out[m.group(1)] = _unfmt(m.group(2))
@@ -258,8 +259,8 @@ class Variant:
                    d.get("pass_configs", {}), d.get("nvcc_flags", ()))
 
 
-@dataclass(frozen=True)
-class OpSpec:
+@RECORD
+class OpSpec(Fields):
     """Everything about one op. `name` is qualified: `tkreg.<op>` or `<plugin namespace>.<op>`.
 
     `reference` and `backward` are `"module:attr"` names, imported only when used: the torch
@@ -282,11 +283,11 @@ class OpSpec:
     def __post_init__(self):
         for k in ("tensors", "scalars", "variants", "archs"):
             object.__setattr__(self, k, tuple(getattr(self, k)))
-        if not isinstance(self.name, str) or not _QUALIFIED.fullmatch(self.name):
+        if not isinstance(self.name, str) or not re.fullmatch(_QUALIFIED, self.name):
             raise SpecError(f"op name {self.name!r} must be `namespace.op`")
         for k in ("reference", "backward"):
             v = getattr(self, k)
-            if v is not None and not _REF.fullmatch(v):
+            if v is not None and not re.fullmatch(_REF, v):
                 raise SpecError(f"{self.name}: {k}={v!r} must be `module:attr`")
         names = [t.name for t in self.tensors] + [s.name for s in self.scalars]
         if len(set(names)) != len(names):

@@ -72,7 +72,8 @@ def test_cpu_tensors_are_refused_naming_the_fix(monkeypatch):
         tkreg.ops.rms_norm(torch.randn(2, 1024, dtype=BF16), torch.randn(1024, dtype=BF16))
 
 
-def test_reference_fallback_on_cpu(monkeypatch, seed):
+def test_calls_route_to_the_reference_on_the_cpu(monkeypatch, seed):
+    """Routing, not math: typed, out= and tkreg.call reach the reference with TKREG_FALLBACK=reference."""
     monkeypatch.setenv("TKREG_FALLBACK", "reference")
     x, w = torch.randn(5, 2048, dtype=BF16), torch.randn(2048, dtype=BF16)
     torch.testing.assert_close(tkreg.ops.rms_norm(x, w, 1e-5), reference.rms_norm(x, w, 1e-5), rtol=0, atol=0)

@@ -118,7 +118,8 @@ def test_swiglu_defaults_are_silu_and_mul(seed):
 
 
 # ---- the CPU fallback through the typed functions ----------------------------------------------
-def test_fallback_shapes_and_out(monkeypatch, seed):
+def test_typed_calls_route_to_the_reference_with_their_shapes_and_out(monkeypatch, seed):
+    """Routing, not math: the fallback runs the reference itself, through the typed functions."""
     monkeypatch.setenv("TKREG_FALLBACK", "reference")
     x = torch.randn(2, 3, 64, dtype=BF16)
     y = tkreg.ops.silu_and_mul(x)

@@ -185,7 +185,8 @@ def test_silu_reference_is_fp32_swiglu(seed):
 
 
 # ---- the typed functions through TKREG_FALLBACK=reference on the CPU -------------------------
-def test_typed_functions_fall_back_on_cpu(monkeypatch, seed):
+def test_typed_calls_route_to_the_reference_with_their_layouts_and_out(monkeypatch, seed):
+    """Routing, not math: scale layouts, q=/s= buffers and views survive the trip to the reference."""
     monkeypatch.setenv("TKREG_FALLBACK", "reference")
     x = _x(5, 512)
     rq, rs = ref.per_token_group_quant_fp8(x)

@@ -136,7 +136,8 @@ def test_position_zero_is_identity(seed):
 
 
 # ---- the CPU fallback through the typed function -----------------------------------------------
-def test_fallback_in_place_any_layout(monkeypatch, seed):
+def test_typed_calls_route_to_the_reference_in_place_in_any_layout(monkeypatch, seed):
+    """Routing, not math: the reference writes the caller's q and k whatever their view."""
     monkeypatch.setenv("TKREG_FALLBACK", "reference")
     pos, q, k, cs = args(6, 4, 2, 64, p=100)
     want_q, want_k = q.clone(), k.clone()

@@ -2,7 +2,7 @@
 
 `python -m build_tools jit-time` times what tilelang's JIT would pay per kernel.
 `python -m build_tools cmake-dir` prints the folder holding TkregPack.cmake (`tkreg_add_pack`),
-for a plugin's CMakeLists.txt.
+for a plugin's CMakeLists.txt.  `python -m build_tools new-plugin NAME` writes a plugin package.
 """
 from __future__ import annotations
 
@@ -26,10 +26,16 @@ def main(argv=None) -> int:
     b.add_argument("--src", default="kernels_src", help="module, .py file or folder of kernel specs")
     b.add_argument("--namespace", default="tkreg", help="op namespace of the pack (plugins: their own)")
     b.add_argument("-j", "--jobs", type=int, default=None, help="parallel compiles; default all cores")
-    b.add_argument("--cache", type=Path, default=None, help="compile cache (default $TKREG_CACHE_DIR "
-                   "or build/cache)")
+    b.add_argument("--cache", type=Path, default=None, help="compile cache (default $TKREG_CACHE_DIR; "
+                   "else build/cache in a tkreg checkout, else ~/.cache/tkreg/build)")
     b.add_argument("--no-progress", action="store_true")
     sub.add_parser("cmake-dir", help="print the folder of TkregPack.cmake (tkreg_add_pack) for CMake")
+    n = sub.add_parser("new-plugin", help="write a complete plugin package to start from (two ops, "
+                       "references, wrappers, tests)")
+    n.add_argument("name", help="the Python package name, e.g. mypkg")
+    n.add_argument("--namespace", default=None, help="op namespace and entry-point name (default: NAME)")
+    n.add_argument("--dist", default=None, help="distribution name (default: NAME with - for _)")
+    n.add_argument("--out", type=Path, default=None, help="folder to write (default: ./DIST)")
     j = sub.add_parser("jit-time", help="time what tilelang's JIT pays per kernel (the cold-start contrast)")
     j.add_argument("--src", default="kernels_src")
     j.add_argument("--only", action="append", default=[])
@@ -38,6 +44,13 @@ def main(argv=None) -> int:
     if args.cmd == "cmake-dir":
         print(Path(__file__).resolve().parent / "cmake")
         return 0
+    if args.cmd == "new-plugin":
+        from .new_plugin import main as new_main
+        try:
+            return new_main(args)
+        except (ValueError, FileExistsError) as e:
+            print(f"build_tools: error: {e}", file=sys.stderr)
+            return 1
     if args.cmd == "jit-time":
         from .jit_time import main as jit_main
         return jit_main(args)

@@ -57,7 +57,7 @@ class Report:
 
 
 def _compile_job(job: Job, cache_root: str):
-    """Worker: lower + extract plan + nvcc + ELF check; returns None or an error message."""
+    """Worker: lower + extract plan + nvcc + ELF check; returns None or (job label, message)."""
     try:
         from . import compile as comp
         from . import plan as plan_mod
@@ -71,12 +71,44 @@ def _compile_job(job: Job, cache_root: str):
         shutil.rmtree(work, ignore_errors=True)
         cache_mod.Cache(Path(cache_root)).put(job.key, cubin, plan.to_json(), art.kernel_source)
         return None
-    except CompileError as e:
-        return f"{job.label}: {e}"
-    except SpecError as e:
-        return f"{e} (arch {job.arch})"
+    except (CompileError, SpecError) as e:
+        return job.label, str(e).replace(f"{job.op}[{job.variant}]: ", "")
     except Exception:
-        return f"{job.label}: {traceback.format_exc(limit=6)}"
+        return job.label, traceback.format_exc(limit=6)
+
+
+def _brief(text: str, head: int = 12, tail: int = 30) -> str:
+    """A long message (tilelang prints its rewritten source on a factory error) cut to its ends."""
+    lines = text.rstrip().splitlines()
+    if len(lines) <= head + tail:
+        return "\n".join(lines)
+    return "\n".join(lines[:head] + [f"    ... ({len(lines) - head - tail} lines) ..."] + lines[-tail:])
+
+
+def _grouped(what: str, failures: list) -> str:
+    """One block per distinct message, naming every (variant, arch) that gave it."""
+    by_msg: dict = {}
+    for label, msg in failures:
+        by_msg.setdefault(_brief(msg), []).append(label)
+    blocks = [f"{', '.join(sorted(labels))}:\n{msg}" for msg, labels in sorted(by_msg.items(), key=lambda kv: sorted(kv[1]))]
+    return f"{what} ({len(failures)} variant build(s), {len(blocks)} distinct error(s)):\n\n" + "\n\n".join(blocks)
+
+
+def _precheck(planned: list, misses: set) -> dict:
+    """Before any compile: each uncached variant's factory runs (it only builds the prim_func: no
+    lowering, no nvcc) to read its tensors' dtypes, so a broken factory, or a dtype the spec
+    declares that no variant compiles, fails in seconds rather than after every compile."""
+    from .plan import kernel_dtypes
+    failures, seen = [], {}
+    for spec, variant, job in planned:
+        if job.key in misses:
+            try:
+                seen[job.key] = kernel_dtypes(spec.factory(**factory_kwargs(spec.factory, variant, job.arch)))
+            except Exception as e:  # noqa: BLE001 - whatever the factory raised is the author's message
+                failures.append((job.label, f"{type(e).__name__}: {e}"))
+    if failures:
+        raise BuildError(_grouped("kernel factories failed", failures))
+    return seen
 
 
 def factory_kwargs(factory, variant: Variant, arch: str) -> dict:
@@ -91,17 +123,28 @@ def factory_kwargs(factory, variant: Variant, arch: str) -> dict:
     return kw
 
 
-def _check_coverage(spec: OpSpec, arch: str, plans: dict) -> list[str]:
-    """Each dtype combination the spec declares needs a variant on every arch it is built for."""
+def _check_coverage(spec: OpSpec, arch: str, dtypes: dict) -> list[str]:
+    """Each dtype combination the spec declares needs a variant on every arch it is built for.
+    `dtypes`: variant key -> {tensor: dtype} of its kernels."""
     free = [t for t in spec.tensors if t.dtypes]
-    have = {tuple(p.uses.get(t.name) for t in free) for p in plans.values()}
+    have = {tuple(d.get(t.name) for t in free) for d in dtypes.values()}
     gaps = []
     for combo in itertools.product(*(t.dtypes for t in free)):
         if combo not in have:
             desc = ", ".join(f"{t.name}={d}" for t, d in zip(free, combo))
             gaps.append(f"{spec.name} declares {desc} but no variant for {arch} compiles it "
-                        f"(variants: {sorted(plans) or 'none'})")
+                        f"(variants: {sorted(dtypes) or 'none'})")
     return gaps
+
+
+def _fail_on_gaps(planned: list, dtypes: dict) -> None:
+    """`dtypes`: job key -> {tensor: dtype}, from the factories or the compiled plans."""
+    per: dict = {}
+    for spec, variant, job in planned:
+        per.setdefault((spec.name, job.arch), (spec, {}))[1][variant.key] = dtypes[job.key]
+    gaps = [g for (_, arch), (spec, d) in sorted(per.items()) for g in _check_coverage(spec, arch, d)]
+    if gaps:
+        raise BuildError("coverage gaps (an op would fail at run time for a dtype it declares):\n" + "\n".join(gaps))
 
 
 def plan_jobs(specs_by_ref, archs, only, namespace, cache):
@@ -150,9 +193,13 @@ def build(out: Path, archs=DEFAULT_ARCHS, only=(), src="kernels_src", jobs: int 
         raise BuildError(f"nothing to build for archs {list(archs)} from {src}")
 
     report = Report()
-    misses = [j for _, _, j in planned if cache.get(j.key) is None]
+    cached = {j.key: cache.get(j.key) for _, _, j in planned}
+    misses = [j for _, _, j in planned if cached[j.key] is None]
     report.cached = [j.label for _, _, j in planned if j not in misses]
     if misses:
+        early = _precheck(planned, {j.key for j in misses})
+        dtypes = {j.key: early[j.key] if j.key in early else Plan.from_json(cached[j.key][1]).uses for _, _, j in planned}
+        _fail_on_gaps(planned, dtypes)
         workers = max(1, min(jobs or os.cpu_count() or 1, len(misses)))
         log(f"compiling {len(misses)} variant(s) with {workers} worker(s) "
             f"({len(report.cached)} cached)")
@@ -169,7 +216,7 @@ def build(out: Path, archs=DEFAULT_ARCHS, only=(), src="kernels_src", jobs: int 
                 bar.update(1)
         bar.close()
         if errors:
-            raise BuildError("compile failed:\n" + "\n\n".join(sorted(errors)))
+            raise BuildError(_grouped("compile failed", errors))
 
     tc = toolchain().to_json()
     by_arch: dict = {a: {} for a in archs}
@@ -177,11 +224,7 @@ def build(out: Path, archs=DEFAULT_ARCHS, only=(), src="kernels_src", jobs: int 
         cubin, plan = cache.get(job.key)
         by_arch[job.arch].setdefault(spec.name, (spec, {}))[1][variant.key] = (variant, job, cubin,
                                                                                 Plan.from_json(plan))
-    gaps = [g for arch, entries in by_arch.items() for spec, vs in entries.values()
-            for g in _check_coverage(spec, arch, {k: v[3] for k, v in vs.items()})]
-    if gaps:
-        raise BuildError("coverage gaps (an op would fail at run time for a dtype it declares):\n"
-                         + "\n".join(gaps))
+    _fail_on_gaps(planned, {j.key: by_arch[j.arch][s.name][1][v.key][3].uses for s, v, j in planned})
     for arch, entries in by_arch.items():
         arch_dir = Path(out) / arch
         if arch_dir.exists():

@@ -64,6 +64,11 @@ def _same_function(a: list, b: list) -> bool:
     return True
 
 
+def kernel_dtypes(func) -> dict:
+    """{tensor: dtype} of a prim_func's buffers, before any lowering."""
+    return {b.name: _dtype_name(b.dtype) for b in (func.buffer_map[p] for p in func.params if p in func.buffer_map)}
+
+
 def extract(spec: OpSpec, variant: Variant, func, artifact) -> Plan:
     """The plan for one compiled variant; raises SpecError naming what disagrees."""
     where = f"{spec.name}[{variant.key}]"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .ops._route import call_graph, compiling
 from .runtime import RUNTIME
 
 
@@ -12,8 +13,12 @@ def call(name: str, *args, **kwargs):
     Arguments follow the op's calling convention: input tensors, then scalars, then outputs,
     by position or by name (`tkreg list` shows each signature); outputs are allocated unless
     given.  `name` is `ns.op`, or `plugin:ns.op` for the variants of one plugin only (its
-    entry-point name; reaches a plugin's op where another pack owns the plain name).
+    entry-point name; reaches a plugin's op where another pack owns the plain name).  Under
+    torch.compile it traces as the op's torch op (`torch.ops.<ns>.<op>`) with no graph break, so
+    a plugin's one-line typed wrapper over `tkreg.call` compiles like a built-in.
     """
+    if compiling():
+        return call_graph(name, args, kwargs)
     return RUNTIME.op(RUNTIME.registry.entry(name).name)(*args, **kwargs)
 
 

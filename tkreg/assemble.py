@@ -78,20 +78,20 @@ def op_words(spec: OpSpec) -> tuple[bytes, tuple, tuple]:
         for d in t.dims() + (t.stride_progs() or []):
             _prog(w, d, slot)
     w += [codes.TYPES[s.type][0] for s in spec.scalars]
-    binds = []
-    for i, t in enumerate(spec.tensors):
-        if t.is_input:
-            for kind, progs in (("dim", t.dims()), ("stride", t.stride_progs() or [])):
+    binds = []   # (slot, kind, index, dim, divisor): bare symbols first, then multiples (`2 * N`)
+    for scaled in (False, True):
+        for i, t in enumerate(spec.tensors):
+            for kind, progs in (("dim", t.dims() if t.is_input else []), ("stride", t.stride_progs() or [])):
                 for r, p in enumerate(progs):
-                    name = expr.is_symbol(p)
-                    if name:
-                        binds.append((slot[name], codes.SLOTS[kind], i, r))
+                    s = expr.scaled_symbol(p) if kind == "dim" else (expr.is_symbol(p), 1)
+                    if s and s[0] and (s[1] > 1) == scaled:
+                        binds.append((slot[s[0]], codes.SLOTS[kind], i, r, s[1]))
     for i, s in enumerate(spec.scalars):
         if s.integral:
-            binds.append((slot[s.name], codes.SLOTS["scalar"], i, 0))
+            binds.append((slot[s.name], codes.SLOTS["scalar"], i, 0, 1))
     for i, t in enumerate(spec.tensors):
         if t.optional:
-            binds.append((slot[f"has_{t.name}"], codes.SLOTS["present"], i, 0))
+            binds.append((slot[f"has_{t.name}"], codes.SLOTS["present"], i, 0, 1))
     w.append(len(binds))
     for b in binds:
         w += b

@@ -84,6 +84,19 @@ def is_symbol(prog: list) -> str | None:
     return prog[0][1:] if len(prog) == 1 and isinstance(prog[0], str) and prog[0].startswith("$") else None
 
 
+def scaled_symbol(prog) -> tuple[str, int] | None:
+    """(symbol, k) when the program is `k * S`, `S * k` or a bare `S` (k = 1), k a positive int: a
+    dim that binds S as dim // k (the shape check then proves the division exact)."""
+    prog = list(prog)
+    if len(prog) == 1 and is_symbol(prog):
+        return prog[0][1:], 1
+    if len(prog) == 3 and prog[2] == "*":
+        k, s = (prog[0], prog[1]) if isinstance(prog[0], int) else (prog[1], prog[0])
+        if isinstance(k, int) and not isinstance(k, bool) and k > 0 and isinstance(s, str) and s.startswith("$"):
+            return s[1:], k
+    return None
+
+
 def const(prog: list) -> int | None:
     return prog[0] if len(prog) == 1 and isinstance(prog[0], int) else None
 

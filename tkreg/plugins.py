@@ -50,7 +50,11 @@ def _pack_path(obj) -> Path:
         obj = obj()
     if isinstance(obj, types.ModuleType):
         base = Path(obj.__file__).resolve().parent
-        return base / "packs" if (base / "packs").is_dir() else base
+        if (base / "packs").is_dir() or any(base.glob("*/manifest.json")):
+            return base / "packs" if (base / "packs").is_dir() else base
+        raise FileNotFoundError(f"module {obj.__name__} has no pack: tkreg looked for {base / 'packs'}/<arch>/"
+                                f"manifest.json (and {base}/<arch>/manifest.json); install the pack there "
+                                f"(CMake: tkreg_add_pack(... DESTINATION {obj.__name__.replace('.', '/')}/packs))")
     if isinstance(obj, (str, os.PathLike)):
         return Path(obj)
     raise TypeError(f"it gave {type(obj).__name__}; expected a pack path, a callable returning one, "

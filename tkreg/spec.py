@@ -335,8 +335,8 @@ class OpSpec(Fields):
         return next(t for t in self.tensors if t.name == name)
 
     def symbols(self) -> set:
-        """Size symbols: bound by a bare-symbol dim of an input."""
-        return {d for t in self.tensors if t.is_input for d in t.shape if _is_symbol(d)}
+        """Size symbols: bound by an input dim that is a symbol or a multiple of one (`2 * N`)."""
+        return {s[0] for t in self.tensors if t.is_input for p in t.dims() if (s := _expr.scaled_symbol(p))}
 
     def stride_symbols(self) -> set:
         return {d for t in self.tensors if t.is_input and t.strides for d in t.strides if _is_symbol(d)}

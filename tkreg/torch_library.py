@@ -54,14 +54,15 @@ def fake_outputs(spec: OpSpec, kw: dict):
     """Outputs' shapes from the spec's expressions over the inputs' (possibly symbolic) sizes."""
     import torch
     env, first = {}, None
-    for t in spec.tensors:
-        x = kw.get(t.name)
-        if t.is_input and x is not None:
-            first = first if first is not None else x
-            for d, p in zip(x.shape, t.dims()):
-                name = expr.is_symbol(p)
-                if name and name not in env:
-                    env[name] = d
+    for scaled in (False, True):   # as the launcher binds: bare symbols first, then `k * S`
+        for t in spec.tensors:
+            x = kw.get(t.name)
+            if t.is_input and x is not None:
+                first = first if first is not None else x
+                for d, p in zip(x.shape, t.dims()):
+                    s = expr.scaled_symbol(p)
+                    if s and (s[1] > 1) == scaled and s[0] not in env:
+                        env[s[0]] = d // s[1]
     env.update({s.name: kw[s.name] for s in spec.scalars if s.integral})
     roots = spec.dtype_roots()
     outs = []

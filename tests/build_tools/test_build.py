@@ -88,12 +88,29 @@ def test_two_clean_builds_are_identical(src, tmp_path):
         assert p.read_bytes() == (b / p.name).read_bytes(), p.name
 
 
-def test_coverage_gap_fails_the_build(tmp_path):
+def test_coverage_gap_fails_the_build_before_any_compile(tmp_path):
     d = tmp_path / "gap"
     d.mkdir()
     write_module(d / "fam.py", dtypes=("bfloat16", "float16"), variant_dtypes=("bfloat16",))
     with pytest.raises(BuildError, match=r"(?s)coverage gaps.*t.scale declares x=float16 but no variant for sm_90a"):
         _build(d, tmp_path / "out", tmp_path / "cache")
+    assert not list((tmp_path / "cache").rglob("kernel.cubin"))   # found from the factories alone
+
+
+def test_a_failing_factory_is_one_short_block(tmp_path):
+    """A factory that raises for every variant and arch: one error block naming them all, cut to
+    its ends, and no compile started."""
+    d = tmp_path / "bad"
+    d.mkdir()
+    f = write_module(d / "fam.py", dtypes=("bfloat16", "float16"))
+    f.write_text(f.read_text().replace("    import tilelang.language as T\n",
+                                       "    import tilelang.language as T\n    raise RuntimeError('boom\\n' + 'noise\\n' * 300)\n", 1))
+    with pytest.raises(BuildError) as e:
+        _build(d, tmp_path / "out", tmp_path / "cache", archs=("sm_90a", "sm_100a"))
+    msg = str(e.value)
+    assert msg.count("RuntimeError: boom") == 1 and "4 variant build(s), 1 distinct error(s)" in msg
+    assert "t.scale[N=256,dtype=float16] @ sm_100a" in msg and "lines) ..." in msg and msg.count("noise") < 60
+    assert not list((tmp_path / "cache").rglob("kernel.cubin"))
 
 
 def test_compile_error_names_op_variant_arch_and_nvcc_message(tmp_path):

@@ -198,3 +198,29 @@ def test_typed_ops_and_call_share_the_binder():
             tkreg.call("tkreg.rms_norm", x, w, 1e-5, eps=1e-6)
     finally:
         del os.environ["TKREG_FALLBACK"]
+
+
+def test_an_input_dim_may_be_a_multiple_of_a_symbol():
+    """`x[M, 2 * N] -> out[M, N]` (a gated activation): N binds as the dim // 2, the shape check
+    refuses an odd dim, and the fake implementation solves it the same way."""
+    from tkreg import assemble, diagnose
+    from tkreg.native import launcher
+    from tkreg.plan import Launch, Plan
+    from tkreg.spec import Tensor
+    from tkreg.torch_library import fake_outputs
+    spec = OpSpec("t.gated", (Tensor("x", ("M", "2 * N"), dtypes=("bfloat16",)),
+                              Tensor("out", ("M", "N"), dtype_of="x", role="output")))
+    assert spec.symbols() == {"M", "N"}
+    names = assemble.slots(spec).names
+
+    def on_error(code, index, detail, bound, env):
+        raise diagnose.refusal(spec, code, index, detail, bound, env, names)
+    L = launcher()
+    op = L.Op(spec.name, *assemble.op_words(spec), (None, None, None, on_error))
+    plan = Plan({"x": "bfloat16", "out": "bfloat16"}, (), (Launch("k", ([1], [1], [1]), (1, 1, 1), [0]),))
+    v = L.Variant("v", *assemble.variant_words(spec, {}, plan, "t.gated"), None)
+    _, _, env, rows = op.check((torch.empty(3, 10, dtype=BF16),), {}, (v,))
+    assert dict(zip(names, env))["N"] == 5 and rows[0][1] == 0
+    with pytest.raises(ValueError, match=r"`x` has shape \(3, 9\); expected \(3, 8\)"):
+        op.check((torch.empty(3, 9, dtype=BF16),), {}, (v,))
+    assert fake_outputs(spec, {"x": torch.empty(3, 10, dtype=BF16, device="meta")}).shape == (3, 5)

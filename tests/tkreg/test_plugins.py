@@ -195,11 +195,19 @@ def _bad_plan(pack: Path):
     manifest.dump_json(f, m)
 
 
+def _module_without_pack(site):
+    pkg = site.root / f"tkfake_nopack_{uuid.uuid4().hex[:8]}"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    return pkg.name
+
+
 BROKEN = {
     "import fails": (None, "ImportError: boom"),
     "module missing": ("missing", "ModuleNotFoundError"),
     "not a pack path": ("int", "gave int"),
     "no manifest": ("empty", "no <arch>/manifest.json"),
+    "module without packs/": ("nopack", "/packs/<arch>/manifest.json"),
     "malformed manifest": (lambda p: _edit_manifest(p, "sm_90a", lambda t: "{not json"), "corrupt manifest"),
     "schema too new": (lambda p: _edit_manifest(p, "sm_100a", lambda t: json.dumps({**json.loads(t), "schema": 99})),
                        "newer than this tkreg reads"),
@@ -231,6 +239,12 @@ def test_broken_plugin_is_skipped_with_one_warning(site, tmp_path, monkeypatch, 
     elif how == "empty":
         (tmp_path / "empty").mkdir()
         site.plugin("bad", tmp_path / "empty")
+    elif how == "nopack":
+        mod = _module_without_pack(site)
+        info = site.root / "fake_bad-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-bad\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[tkreg.kernels]\nbad = {mod}\n")
     else:
         how(pack)
         site.plugin("bad", pack)
@@ -376,3 +390,19 @@ def test_unknown_qualified_name_lists_what_exists(site, tmp_path, monkeypatch):
     load(monkeypatch)
     with pytest.raises(NoKernelError, match=r"unknown op 'beta:alpha\.mm'.*alpha:alpha\.mm"):
         tkreg.call("beta:alpha.mm")
+
+
+def test_a_skipped_plugin_is_named_by_unknown_op_and_fails_verify(site, tmp_path, monkeypatch, capsys):
+    """An op of a plugin that was skipped: the NoKernelError says which plugin and why, and
+    `tkreg verify` exits 1 (0 with --allow-skipped)."""
+    mod = _module_without_pack(site)
+    info = site.root / "fake_gone-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-gone\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[tkreg.kernels]\ngone = {mod}\n")
+    load(monkeypatch)
+    with pytest.raises(NoKernelError, match=r"(?s)unknown op 'gone\.mm'.*Skipped packs.*plugin:gone.*no pack"):
+        tkreg.call("gone.mm")
+    assert cli.main(["verify"]) == 1
+    assert "FAIL plugin:gone (fake-gone 1.0): skipped" in capsys.readouterr().out
+    assert cli.main(["verify", "--allow-skipped"]) == 0

@@ -154,3 +154,17 @@ def test_silu_and_mul_backward_reference(seed):
     gate, up = x.chunk(2, dim=-1)
     (torch.nn.functional.silu(gate) * up * dy).sum().backward()
     torch.testing.assert_close(reference.silu_and_mul_backward(dy, x.detach()), x.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_tkreg_call_compiles_like_a_typed_op(seed):
+    """A plugin's wrapper is one line over tkreg.call: under compile it is the torch op, with
+    positional and keyword scalars, out= and in-place tensors."""
+    def f(x, w, r):
+        y = tkreg.call("tkreg.rms_norm", x, w, eps=1e-5)
+        z = tkreg.call("tkreg.rms_norm", y, w, 1e-5, out=torch.empty_like(y))
+        tkreg.call("tkreg.fused_add_rms_norm", z, r, w)
+        return z, r
+    args = [torch.randn(4, 2048, dtype=BF16), torch.randn(2048, dtype=BF16), torch.randn(4, 2048, dtype=BF16)]
+    want = f(*[a.clone() for a in args])
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(*[a.clone() for a in args])
+    torch.testing.assert_close(got, want)

@@ -328,7 +328,7 @@ fail:
 
 /* ---- Op ----------------------------------------------------------------------------------- */
 typedef struct { int role, optional, rank, dmode, darg, like, newsrc, strided, zero; Prog dims[MAXRANK], strides[MAXRANK]; } TSig;
-typedef struct { int slot, kind, a, b; } Bind;
+typedef struct { int slot, kind, a, b; int64_t div; } Bind; /* a dim `k * S` binds S = dim / k */
 typedef struct {
     PyObject_HEAD
     PyObject *name, *names, *defaults, *hook[4]; /* resolve, fallback, grad_hook, on_error */
@@ -384,7 +384,7 @@ static PyObject *Op_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
     for (int i = 0; i < o->nbind && !c.bad; i++) {
         Bind *b = &o->bind[i];
         b->slot = (int)nx(&c, 0, o->npre), b->kind = (int)nx(&c, 0, S_SM_COUNT);
-        b->a = (int)nx(&c, 0, b->kind == S_SCALAR ? o->ns : o->nt), b->b = (int)nx(&c, 0, MAXRANK);
+        b->a = (int)nx(&c, 0, b->kind == S_SCALAR ? o->ns : o->nt), b->b = (int)nx(&c, 0, MAXRANK), b->div = nx(&c, 1, BIG);
         c.bad |= (b->kind == S_DIM || b->kind == S_STRIDE) && b->b >= o->t[b->a].rank;
     }
     if (!c.bad && c.i == c.n && PyTuple_Size(names) == o->nuser && PyTuple_Size(defaults) == o->ns) return (PyObject *)o;
@@ -543,7 +543,7 @@ static int validate(Op *o, Call *c) {
         Bind *b = &o->bind[k];
         TArg *a = &c->t[b->a];
         if (c->bound[b->slot] || ((b->kind == S_DIM || b->kind == S_STRIDE) && !a->obj)) continue;
-        c->env[b->slot] = b->kind == S_DIM ? a->shape[b->b] : b->kind == S_STRIDE ? a->stride[b->b] : b->kind == S_PRESENT ? a->obj != NULL
+        c->env[b->slot] = b->kind == S_DIM ? a->shape[b->b] / b->div : b->kind == S_STRIDE ? a->stride[b->b] : b->kind == S_PRESENT ? a->obj != NULL
                           : o->stype[b->a] == T_INT32 ? c->scal[b->a].i32 : o->stype[b->a] == T_BOOL ? c->scal[b->a].b : c->scal[b->a].i64;
         c->bound[b->slot] = 1;
         if (b->kind == S_DIM && !o->index64 && c->env[b->slot] > INT32_MAX) return refuse(o, c, E_SIZE32, b->a, c->env[b->slot], NULL);

@@ -33,6 +33,37 @@ def op(name: str):
     return getattr(getattr(torch.ops, ns), short)
 
 
+def _convention(name: str) -> tuple:
+    """(torch op name, input names, ((scalar, default), ...), output names) of a registered op,
+    its torch op registered: a constant for Dynamo, like `_registered`."""
+    from ..runtime import RUNTIME
+    spec = RUNTIME.registry.entry(name).spec
+    RUNTIME.torch_op(spec.name)
+    return (spec.name, tuple(t.name for t in spec.tensors if t.is_input),
+            tuple((s.name, s.default) for s in spec.scalars), tuple(t.name for t in spec.tensors if t.role == "output"))
+
+
+_convention._dynamo_marked_constant = True
+
+
+def call_graph(name: str, args: tuple, kwargs: dict):
+    """`tkreg.call` under torch.compile: the calling convention (inputs, scalars, outputs; by
+    position or name) mapped onto the torch op's schema here, since the launcher's binder cannot
+    read fake tensors; given outputs receive a copy, as in `graph`."""
+    qual, inputs, scalars, outputs = _convention(name)
+    names = inputs + tuple(s for s, _ in scalars) + outputs
+    if len(args) > len(names):
+        raise TypeError(f"{qual}: takes at most {len(names)} positional arguments, got {len(args)}")
+    given = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names or k in given:
+            raise TypeError(f"{qual}: `{k}` is {'given twice' if k in given else 'no argument of it'}")
+        given[k] = v
+    schema = [given.get(n) for n in inputs] + [given.get(s, d) for s, d in scalars]
+    out = tuple(given.get(n) for n in outputs)
+    return graph(qual, None if not any(o is not None for o in out) else out if len(out) > 1 else out[0], *schema)
+
+
 def graph(name: str, out, *args):
     """The typed functions' path under torch.compile: the custom op, copied into `out=`."""
     res = op(name)(*args)

@@ -1,8 +1,14 @@
-"""Plain-torch reference of the example plugin's op: the test oracle and the fallback that
-TKREG_FALLBACK=reference runs where no pack serves the GPU (the spec names it as
-"tkreg_example.reference:scale_add").  fp32 math, rounded once to x's dtype, as the kernel does."""
+"""Plain-torch references of the plugin's ops: the tests' oracle, and what TKREG_FALLBACK=reference
+runs where no pack serves the GPU.  Each takes the op's inputs and scalars by name and returns its
+outputs; an in-place op's reference writes its in-place tensors and returns None."""
 from __future__ import annotations
 
 
-def scale_add(x, y, alpha: float = 1.0):
-    return (x.float() * alpha + y.float()).to(x.dtype)
+def gelu_tanh_and_mul(x):
+    import torch
+    g, u = x.float().chunk(2, dim=-1)
+    return (torch.nn.functional.gelu(g, approximate="tanh") * u).to(x.dtype)
+
+
+def axpy(x, y, alpha: float = 1.0):
+    x.copy_((x.float() + alpha * y.float()).to(x.dtype))

@@ -206,8 +206,8 @@ def audit_show(wheel: Path) -> str:
     bad = [lib for lib in FORBIDDEN_LIBS if re.search(rf"\b{lib}[\w.-]*\.so", out)]
     if bad:
         print(out)
-        raise Failed(f"{wheel.name} needs {', '.join(bad)}: the launcher must dlopen libcuda at run "
-                     "time and link nothing but libdl (CMakeLists.txt)")
+        raise Failed(f"{wheel.name} needs {', '.join(bad)}: the launcher links nothing; tkreg/native.py "
+                     "loads libcuda at run time (CMakeLists.txt)")
     return out
 
 
@@ -227,8 +227,7 @@ def repair(raw: Path) -> tuple[Path, str]:
     tags = [(int(a), int(b)) for a, b in re.findall(r"manylinux_(\d+)_(\d+)_", wheel.name)]
     if not tags or min(tags) > MAX_GLIBC:
         raise Failed(f"{wheel.name} is not tagged manylinux_2_28 or older:\n{show}\nsome symbol "
-                     "needs a newer glibc (see `auditwheel show`); launcher.c binds dlopen/dlsym/"
-                     "dlerror to their old versions with .symver")
+                     "needs a newer glibc (see `auditwheel show`)")
     abi3audit = VENV / "bin" / "abi3audit"
     if abi3audit.exists():
         run([abi3audit, "--strict", "--assume-minimum-abi3", "3.10", wheel])

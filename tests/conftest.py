@@ -83,13 +83,13 @@ def c_eval():
     spec = OpSpec("t.eval", (Tensor("x", ("L",), dtypes=("int8",)),),
                   tuple(Scalar(n, "int64", 0) for n in ("M", "N", "K")))
     L = launcher()
-    op = L.Op(spec.name, *assemble.op_words(spec), (None,) * 4)
+    op = L.Op(spec.name, *assemble.op_args(spec), (None,) * 4)
     x = torch.empty(1, dtype=torch.int8)
     kernel = Launch("k", ([1], [1], [1]), (1, 1, 1), [0])
 
     def accepts(prog):
         plan = Plan({"x": "int8"}, (Constraint("rule", tuple(prog)),), (kernel,))
-        v = L.Variant("v", *assemble.variant_words(spec, {}, plan, "t.eval"), None)
+        v = L.Variant("v", *assemble.variant_args(spec, {}, plan, "t.eval"), None)
         return lambda values: op.check((x, *values), {}, (v,))[3][0][1] == REJECTS["accepted"]
 
     def run(prog, values, want):

@@ -1,9 +1,10 @@
-"""Specs and plan records -> the int64 words `_launcher.Op` / `_launcher.Variant` parse.
+"""Specs and plan records -> the structs `_launcher.Op` / `_launcher.Variant` copy.
 
 Done once per op (and per variant table) at first use, so the per-call path in C never touches
-JSON or dicts.  Codes come from tkreg/codes.py, which also generates the C side's header; the
-word layouts are parsed by Op_new and Variant_new in `_csrc/launcher.c`, which range-checks
-every value again.  Any record that does not fit its spec is a PackError naming it.
+JSON or dicts.  The struct layouts, codes and limits are tkreg/codes.py's, which also generates
+the C side's header.  This is where a plan is checked: every field against its range
+(`codes.struct`), every index against what it indexes, every program for its stack; the
+launcher trusts what it is given.  A record that does not fit its spec is a PackError naming it.
 
 Expression slots (what `$name` in a program reads), in this order: size symbols, stride
 symbols, integer scalars, `has_<t>` presence flags, SM_COUNT, then the variant parameters
@@ -14,6 +15,7 @@ from __future__ import annotations
 from array import array
 
 from . import codes, expr
+from .codes import struct
 from .errors import PackError, SpecError
 from .plan import Plan
 from .spec import OpSpec
@@ -36,10 +38,28 @@ def slots(spec: OpSpec) -> Slots:
     return Slots(tuple(pre) + tuple(sorted(spec.param_symbols())), len(pre))
 
 
-def _prog(words: list, prog, slot: dict) -> None:
-    code = expr.assemble(list(prog), slot)
-    words.append(len(code))
-    words.extend(code)
+class Code:
+    """The int64 code an owner's programs share; a Prog is (offset, length) into it."""
+    def __init__(self, slot: dict):
+        self.slot, self.words = slot, []
+
+    def prog(self, prog):
+        c = expr.assemble(list(prog), self.slot)
+        p = struct("Prog", off=len(self.words), n=len(c))
+        self.words += c
+        return p
+
+    def progs(self, progs) -> list:
+        return [self.prog(p) for p in progs]
+
+    def tobytes(self) -> bytes:
+        return array("q", self.words).tobytes()
+
+
+def _index(i, n: int, what: str) -> int:
+    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+        raise IndexError(f"{what} = {i!r}, expected an index in [0, {n})")
+    return i
 
 
 def _alloc_sources(spec: OpSpec, t, roots: dict) -> tuple[int, int]:
@@ -55,17 +75,18 @@ def _alloc_sources(spec: OpSpec, t, roots: dict) -> tuple[int, int]:
     return like, newsrc
 
 
-def op_words(spec: OpSpec) -> tuple[bytes, tuple, tuple]:
-    """(words, argument names in the calling convention, scalar defaults)."""
+def op_args(spec: OpSpec) -> tuple:
+    """`_launcher.Op`'s arguments after the name: (OpPlan bytes, code bytes, argument names in
+    the calling convention, scalar defaults)."""
     sl = slots(spec)
-    slot = sl.as_dict()
+    code = Code(sl.as_dict())
+    slot = code.slot
     index = {t.name: i for i, t in enumerate(spec.tensors)}
     nt = len(spec.tensors)
     user = spec.user_args()
-    bound_index = {t.name: i for i, t in enumerate(spec.tensors)} | {s.name: nt + i for i, s in enumerate(spec.scalars)}
-    w = [nt, len(spec.scalars), len(sl.names), sl.npre, int(spec.index64), slot["SM_COUNT"], len(user)]
-    w += [bound_index[a.name] for a in user]
+    bound_index = index | {s.name: nt + i for i, s in enumerate(spec.scalars)}
     roots = spec.dtype_roots()
+    sigs = []
     for t in spec.tensors:
         root = spec.tensor(roots[t.name])
         if root.dtypes:
@@ -73,84 +94,84 @@ def op_words(spec: OpSpec) -> tuple[bytes, tuple, tuple]:
                 if root is t else (codes.DTYPE_MODES["same"], index[root.name])
         else:
             mode, arg = codes.DTYPE_MODES["fixed"], codes.DTYPES[root.dtype][0]
-        w += [codes.ROLES[t.role], int(t.optional), len(t.shape), mode, arg, *_alloc_sources(spec, t, roots),
-              int(t.strides is not None), int(t.zero)]
-        for d in t.dims() + (t.stride_progs() or []):
-            _prog(w, d, slot)
-    w += [codes.TYPES[s.type][0] for s in spec.scalars]
-    binds = []   # (slot, kind, index, dim, divisor): bare symbols first, then multiples (`2 * N`)
+        like, newsrc = _alloc_sources(spec, t, roots)
+        sigs.append(struct("TSig", role=codes.ROLES[t.role], optional=int(t.optional), rank=len(t.shape), dmode=mode,
+                           darg=arg, like=like, newsrc=newsrc, strided=int(t.strides is not None), zero=int(t.zero),
+                           dims=code.progs(t.dims()), strides=code.progs(t.stride_progs() or [])))
+    binds = []   # bare symbols first, then multiples (`2 * N`)
     for scaled in (False, True):
         for i, t in enumerate(spec.tensors):
             for kind, progs in (("dim", t.dims() if t.is_input else []), ("stride", t.stride_progs() or [])):
                 for r, p in enumerate(progs):
                     s = expr.scaled_symbol(p) if kind == "dim" else (expr.is_symbol(p), 1)
                     if s and s[0] and (s[1] > 1) == scaled:
-                        binds.append((slot[s[0]], codes.SLOTS[kind], i, r, s[1]))
+                        binds.append(struct("Bind", slot=slot[s[0]], kind=codes.SLOTS[kind], a=i, b=r, div=s[1]))
     for i, s in enumerate(spec.scalars):
         if s.integral:
-            binds.append((slot[s.name], codes.SLOTS["scalar"], i, 0, 1))
+            binds.append(struct("Bind", slot=slot[s.name], kind=codes.SLOTS["scalar"], a=i))
     for i, t in enumerate(spec.tensors):
         if t.optional:
-            binds.append((slot[f"has_{t.name}"], codes.SLOTS["present"], i, 0, 1))
-    w.append(len(binds))
-    for b in binds:
-        w += b
-    names = tuple(a.name for a in user)
-    return array("q", w).tobytes(), names, tuple(s.default for s in spec.scalars)
+            binds.append(struct("Bind", slot=slot[f"has_{t.name}"], kind=codes.SLOTS["present"], a=i))
+    outs = [i for i, t in enumerate(spec.tensors) if t.role == "output"]
+    plan = struct("OpPlan", nt=nt, ns=len(spec.scalars), nslot=len(sl.names), npre=sl.npre, index64=int(spec.index64),
+                  sm_slot=slot["SM_COUNT"], nuser=len(user), nout=len(outs), out=outs,
+                  nbind=len(binds), user=[bound_index[a.name] for a in user],
+                  stype=[codes.TYPES[s.type][0] for s in spec.scalars], t=sigs, bind=binds)
+    return bytes(plan), code.tobytes(), tuple(a.name for a in user), tuple(s.default for s in spec.scalars)
 
 
-def variant_words(spec: OpSpec, params: dict, plan: Plan, where: str) -> tuple[bytes, tuple]:
-    """(words, kernel names) for one compiled variant; PackError when the plan does not fit."""
+def variant_args(spec: OpSpec, params: dict, plan: Plan, where: str) -> tuple:
+    """`_launcher.Variant`'s arguments after the key: (VariantPlan bytes, Kernel bytes, code
+    bytes, kernel names); PackError when the plan does not fit the op."""
     try:
-        return _variant_words(spec, params, plan)
-    except (KeyError, ValueError, TypeError, IndexError, SpecError) as e:
+        return _variant_args(spec, params, plan)
+    except (KeyError, ValueError, TypeError, IndexError, OverflowError, SpecError) as e:
         raise PackError(f"{where}: the plan does not fit the op ({type(e).__name__}: {e})") from None
 
 
-def _variant_words(spec: OpSpec, params: dict, plan: Plan):
+def _variant_args(spec: OpSpec, params: dict, plan: Plan):
     sl = slots(spec)
-    slot = sl.as_dict()
+    code = Code(sl.as_dict())
+    slot = code.slot
     tindex = {t.name: i for i, t in enumerate(spec.tensors)}
     sindex = {s.name: i for i, s in enumerate(spec.scalars)}
     uses = plan.uses
     spec.check_uses(uses)
-    w = [len(spec.tensors), len(spec.scalars), len(sl.names)]
-    w += [codes.DTYPES[uses[t.name]][0] if t.name in uses else -1 for t in spec.tensors]
-    w.append(sum(1 << tindex[n] for n in uses))
-    sets = [(slot[n], params[n]) for n in sl.names[sl.npre:]]
-    w.append(len(sets))
-    for s in sets:
-        w += s
-    w.append(len(plan.constraints))
-    for c in plan.constraints:
-        _prog(w, c.prog, slot)
-    w.append(len(plan.tma))
+    tma = []
     for t in plan.tma:
         if t.tensor not in uses:
             raise KeyError(f"a TMA descriptor reads `{t.tensor}`, which no kernel takes")
-        w += [tindex[t.tensor], t.dtype, t.rank]
-        for p in t.dims + t.strides:
-            _prog(w, p, slot)
-        w += list(t.box) + list(t.elem_strides) + [t.interleave, t.swizzle, t.l2, t.oob]
-    w.append(len(plan.kernels))
+        tma.append(struct("Tma", tensor=tindex[t.tensor], dtype=t.dtype, rank=t.rank, dims=code.progs(t.dims),
+                          strides=code.progs(t.strides), box=t.box, estr=t.elem_strides, il=t.interleave,
+                          sw=t.swizzle, l2=t.l2, oob=t.oob))
+    kernels = []
     for k in plan.kernels:
-        for g in k.grid:
-            _prog(w, g, slot)
-        w += list(k.block)
-        _prog(w, k.smem, slot)
-        w += list(k.cluster) + [int(k.cooperative), int(k.pdl), len(k.params)]
+        ps = []
         for p in k.params:
             if p.kind == "ptr":
                 if p.name not in uses:
                     raise KeyError(f"kernel {k.name} takes `{p.name}`, which the plan's tensors leave out")
                 idx, typ = tindex[p.name], 0
             elif p.kind == "tma":
-                idx, typ = p.index, 0
+                idx, typ = _index(p.index, len(tma), f"kernel {k.name}: TMA descriptor index"), 0
             elif p.kind == "sym":
                 idx, typ = slot[p.name], codes.TYPES[p.type][0]
+                if p.type not in ("int32", "int64"):
+                    raise TypeError(f"kernel {k.name} takes the symbol `{p.name}` as {p.type}, expected int32 or int64")
             else:
                 idx, typ = sindex[p.name], codes.TYPES[p.type][0]
                 if p.type != spec.scalars[idx].type:  # the launcher writes the spec type's bytes
                     raise TypeError(f"kernel {k.name} takes `{p.name}` as {p.type}, the spec says {spec.scalars[idx].type}")
-            w += [codes.PARAMS[p.kind], idx, typ]
-    return array("q", w).tobytes(), tuple(k.name for k in plan.kernels)
+            ps.append(struct("Param", kind=codes.PARAMS[p.kind], index=idx, type=typ))
+        at = [struct("LaunchAttr", id=codes.LAUNCH_ATTRS[a], value=v) for a, v, on in (
+            ("cluster", k.cluster, k.cluster[0] * k.cluster[1] * k.cluster[2] > 1), ("cooperative", [1], k.cooperative),
+            ("pdl", [1], k.pdl)) if on]
+        kernels.append(struct("Kernel", grid=code.progs(k.grid), smem=code.prog(k.smem), block=k.block, na=len(at),
+                              at=at, np=len(ps), p=ps))
+    sets = [(slot[n], params[n]) for n in sl.names[sl.npre:]]
+    vp = struct("VariantPlan", nt=len(spec.tensors), ns=len(spec.scalars), nslot=len(sl.names), nset=len(sets),
+                ncons=len(plan.constraints), ntma=len(tma), nkern=len(kernels),
+                dtypes=[codes.DTYPES[uses[t.name]][0] if t.name in uses else -1 for t in spec.tensors],
+                set_slot=[s for s, _ in sets], uses=sum(1 << tindex[n] for n in uses), set_val=[v for _, v in sets],
+                cons=code.progs(c.prog for c in plan.constraints), tma=tma)
+    return bytes(vp), b"".join(map(bytes, kernels)), code.tobytes(), tuple(k.name for k in plan.kernels)

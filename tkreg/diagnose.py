@@ -1,4 +1,4 @@
-"""Messages for what the launcher refused, and why each variant passed a call over.
+"""Messages for what the launcher refused or failed at, and why each variant passed a call over.
 
 The C launcher only decides: it reports a code from tkreg/codes.py with the argument and a
 detail, plus the call's bound arguments and expression slots; the words are written here, where
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import expr
 from .codes import DTYPES, ERRORS, REJECTS
+from .errors import LaunchError, PackError
 from .spec import OpSpec
 
 _CODE = {v: k for k, v in ERRORS.items()}
@@ -153,3 +154,28 @@ def no_kernel(spec: OpSpec, rows: list, env: tuple, slot_names: tuple) -> str:
     lines = "".join(f"\n  {k}: {why}" for k, why in rows)
     return (f"{spec.name}: no variant accepts these arguments ({sizes}); candidates:{lines}\n"
             "Set TKREG_FALLBACK=reference to run the torch reference instead.")
+
+
+_BROKEN = "the pack is broken, rebuild it"
+_FAILURES = {
+    "param_size": lambda k, n, got, want: (PackError, f"kernel {k} parameter {n} is {got} bytes in the cubin, "
+                                                      f"the plan gives {want} bytes: {_BROKEN}"),
+    "param_count": lambda k, got, want: (PackError, f"kernel {k} takes {got} parameters in the cubin, the plan "
+                                                    f"lists {want}: {_BROKEN}"),
+    "param_bytes": lambda k, n: (PackError, f"kernel {k} parameters take {n} bytes, more than a launch can pass"),
+}
+
+
+def failure(kind: str, op: str, key, *facts):
+    """Raise what the launcher failed at: a CUDA call (`cuda`: code, what) or a pack its module
+    load found broken."""
+    from .native import cu_error
+    where = op if key is None else f"{op}[{key}]"
+    if kind == "cuda":
+        code, what = facts
+        raise LaunchError(f"{where}: {what} failed: {cu_error(code)}")
+    if kind == "no_kernel":
+        name, code = facts
+        raise PackError(f"{where}: the cubin has no kernel {name} ({cu_error(code)}): {_BROKEN}")
+    exc, msg = _FAILURES[kind](*facts)
+    raise exc(f"{where}: {msg}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 
-from .codes import OP_CONST, OP_SYM
+from .codes import LIMITS, OP_CONST, OP_SYM
 from .codes import OPCODES as OPS
 from .errors import SpecError
 
@@ -138,8 +138,10 @@ def assemble(prog: list, slots: dict) -> list[int]:
     code: list[int] = []
     depth = 0
     for t in prog:
-        if isinstance(t, bool) or not isinstance(t, (int, str)):
+        if isinstance(t, bool) or not isinstance(t, (int, str)) or (isinstance(t, int) and not -2**63 <= t < 2**63):
             raise SpecError(f"bad token {t!r} in program {prog!r}")
+        if depth >= LIMITS["STACK"] and (isinstance(t, int) or t.startswith("$")):
+            raise SpecError(f"program {prog!r} needs a stack deeper than {LIMITS['STACK']}")
         if isinstance(t, int):
             code += [OP_CONST, t]
             depth += 1

@@ -4,7 +4,8 @@ tkreg never links libtorch: the launcher gets torch's dtype objects, `torch.empt
 current-stream query as plain Python callables here, and reads tensors through torch's
 ABI-stable C shim (`aoti_torch_*`) when this torch exports it and a self-check agrees with the
 tensor attributes.  The shim's functions are found here with ctypes in the libtorch that
-`import torch` already loaded (never loaded anew), and handed to C as addresses.
+`import torch` already loaded (never loaded anew), and handed to C as addresses; so are the CUDA
+driver's, from libcuda.so.1, loaded at the first launch.
 """
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import ctypes
 import functools
 import os
 import warnings
+from array import array
 
 from . import env
 from .errors import LaunchError, PackError
+from .codes import ERRORS, LIMITS
 from .spec import DTYPES
 
 SHIM_STATE = {"active": False, "why": "not initialised"}
@@ -37,8 +40,10 @@ def launcher():
             raise LaunchError("this torch build has no CUDA support")
     dtypes = tuple(getattr(torch, n, None) or _Missing() for n in DTYPES)
     _CODE.update({d: i for i, d in enumerate(dtypes)})
+    from .diagnose import failure
     _launcher.init(dtypes, torch.empty, get_stream, LaunchError, PackError,
-                   (describe, torch.empty_like, torch.Tensor.new_empty, torch.is_grad_enabled))
+                   (describe, torch.empty_like, torch.Tensor.new_empty, torch.is_grad_enabled,
+                    functools.partial(driver, _launcher.DRIVER_FUNCS), failure))
     enable_shim(_launcher, torch)
     return _launcher
 
@@ -48,18 +53,23 @@ _CODE: dict = {}   # torch dtype -> tkreg dtype code
 
 def describe(x):
     """A tensor's facts through its Python attributes, where the shim does not apply (subclasses,
-    other devices, no shim): (dtype code, sizes, strides, contiguous, data_ptr, device); None
-    when `x` is no tensor; (-1,) when its dtype is none tkreg names."""
+    other devices, no shim), packed as the launcher reads them: int64 dtype code, rank, device,
+    contiguous, sizes and strides (each padded to MAXRANK), data_ptr.  Or the refusal code when
+    `x` is no tensor, has a dtype tkreg does not name, or more dims than any op takes."""
     dtype = getattr(x, "dtype", None)
     if dtype is None or not hasattr(x, "stride"):
-        return None
+        return ERRORS["not_tensor"]
     if dtype not in _CODE:
-        return (-1,)
-    return (_CODE[dtype], tuple(x.shape), tuple(x.stride()), int(x.is_contiguous()), x.data_ptr(), x.get_device())
+        return ERRORS["dtype_unknown"]
+    shape, pad = tuple(x.shape), (0,) * (LIMITS["MAXRANK"] - x.dim())
+    if x.dim() > LIMITS["MAXRANK"]:
+        return ERRORS["rank"]
+    return array("q", (_CODE[dtype], len(shape), x.get_device(), int(x.is_contiguous()), *shape, *pad,
+                       *x.stride(), *pad, x.data_ptr())).tobytes()
 
 
 def _shim_functions(torch):
-    """(function addresses, dtype codes, cpu code, cuda code) from the loaded libtorch, or None."""
+    """(function pointers, dtype codes, cpu code, cuda code) from the loaded libtorch, or None."""
     lib = os.path.join(os.path.dirname(torch.__file__), "lib")
     handles = []
     for f in ("libtorch_cuda.so", "libtorch_cpu.so", "libtorch.so"):
@@ -87,8 +97,7 @@ def _shim_functions(torch):
         codes.append(f() if f is not None else -99)
     if -99 in codes[-2:]:
         return None
-    addrs = tuple(ctypes.cast(f, ctypes.c_void_p).value or 0 if f is not None else 0 for f in fns)
-    return addrs, tuple(codes[:-2]), codes[-2], codes[-1]
+    return _pointers(fns), tuple(codes[:-2]), codes[-2], codes[-1]
 
 
 def enable_shim(_launcher, torch) -> None:
@@ -107,7 +116,7 @@ def enable_shim(_launcher, torch) -> None:
     if torch.cuda.is_available():
         probes.append(torch.empty(5, 8, dtype=torch.bfloat16, device="cuda")[1:])
     for t in probes:
-        if _launcher.shim_probe(t) != attributes(t):
+        if _launcher.shim_probe(t) != describe(t):
             _launcher.set_shim(None)
             SHIM_STATE.update(active=False, why=f"self-check failed on {t.dtype} {tuple(t.shape)}")
             warnings.warn("tkreg: torch's C shim disagreed with the tensor attributes; using the slower "
@@ -124,23 +133,50 @@ def direct_read_ok(t) -> bool:
     return ctypes.c_void_p.from_address(id(t) + object.__basicsize__).value == t._cdata
 
 
-def attributes(t) -> tuple:
-    """What the shim must read from `t`, from its Python attributes."""
-    return (tuple(t.shape), tuple(t.stride()), int(t.is_contiguous()), t.data_ptr(),
-            DTYPES.index(str(t.dtype)[6:]), t.get_device())
-
-
-def driver_info() -> tuple[int, list]:
-    """(driver version, [(major, minor)] per device) through libcuda, for `tkreg doctor`."""
+@functools.lru_cache(maxsize=None)
+def libcuda():
+    """libcuda.so.1, initialised; LaunchError saying what is missing (tried again on each call)."""
     try:
         cu = ctypes.CDLL("libcuda.so.1")
     except OSError as e:
         raise LaunchError(f"cannot load libcuda.so.1 ({e}): is the NVIDIA driver installed?") from None
+    r = cu.cuInit(0)
+    if r:
+        raise LaunchError(f"cuInit failed: {cu_error(r, cu)}")
+    return cu
+
+
+def driver(names: str) -> bytes:
+    """The driver entry points `names` (space-separated), packed as the launcher's table of
+    function pointers; asked for at its first launch."""
+    cu = libcuda()
+    missing = [n for n in names.split() if not hasattr(cu, n)]
+    if missing:
+        raise LaunchError(f"libcuda.so.1 lacks {missing[0]}: tkreg needs a driver for CUDA 13.0 (R580 or newer)")
+    return _pointers(getattr(cu, n) for n in names.split())
+
+
+def _pointers(fns) -> bytes:
+    """C function pointers in a row (a struct of them), from ctypes functions; 0 for None."""
+    return array("Q", (ctypes.cast(f, ctypes.c_void_p).value or 0 if f is not None else 0 for f in fns)).tobytes()
+
+
+def cu_error(code: int, cu=None) -> str:
+    """`NAME (code): description` of a CUresult."""
+    name, text = ctypes.c_char_p(), ctypes.c_char_p()
+    cu = cu or libcuda()
+    cu.cuGetErrorName(code, ctypes.byref(name)), cu.cuGetErrorString(code, ctypes.byref(text))
+    return f"{(name.value or b'CUDA error').decode()} ({code}): {(text.value or b'unknown').decode()}"
+
+
+def driver_info() -> tuple[int, list]:
+    """(driver version, [(major, minor)] per device) through libcuda, for `tkreg doctor`."""
+    cu = libcuda()
     ver, n = ctypes.c_int(), ctypes.c_int()
-    for what, r in (("cuInit", cu.cuInit(0)), ("cuDriverGetVersion", cu.cuDriverGetVersion(ctypes.byref(ver))),
+    for what, r in (("cuDriverGetVersion", cu.cuDriverGetVersion(ctypes.byref(ver))),
                     ("cuDeviceGetCount", cu.cuDeviceGetCount(ctypes.byref(n)))):
         if r:
-            raise LaunchError(f"{what} failed with CUDA error {r}")
+            raise LaunchError(f"{what} failed: {cu_error(r, cu)}")
     caps = []
     for i in range(n.value):
         d, ma, mi = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()

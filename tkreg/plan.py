@@ -1,7 +1,7 @@
 """The launch plan of one compiled variant, as frozen records.
 
 `build_tools/plan.py` reads it out of tilelang's IR, the manifest stores it (`to_json`), the run
-time reads it back (`from_json`) and `tkreg/assemble.py` turns it into the launcher's words.
+time reads it back (`from_json`) and `tkreg/assemble.py` turns it into the launcher's structs.
 Programs (grid, smem, TMA dims/strides, constraints) are postfix tuples, see tkreg/expr.py.
 """
 from __future__ import annotations

@@ -113,24 +113,24 @@ def _signature(raw: dict) -> dict:
 
 
 def check_pack(manifests: list) -> None:
-    """Every spec, plan and cubin of a pack sound: sha256, ELF arch, and the words the launcher
-    would parse (the same range checks the first call runs).  Run when a pack other than the
+    """Every spec, plan and cubin of a pack sound: sha256, ELF arch, and the structs the launcher
+    would copy (the same range checks the first call runs).  Run when a pack other than the
     built-in one loads, so a broken pack is skipped up front instead of failing at its first
     launch; what only the driver can check (the cubin's kernels and their parameters) waits for
     the module load.  PackError names what is wrong."""
-    from .assemble import op_words, variant_words
+    from .assemble import op_args, variant_args
     from .native import launcher
     L = launcher()
     for m in manifests:
         for name, rec in m.ops().items():
-            L.Op(name, *op_words(rec.spec), (None,) * 4)
+            L.Op(name, *op_args(rec.spec), (None,) * 4)
             by_key = {v.key: v for v in rec.spec.variants}
             for r in rec.variants:
                 try:
                     check_cubin(manifest.read_cubin(m.folder, r, name), m.arch)
                 except ValueError as e:
                     raise PackError(f"{name}[{r.key}]: {m.folder / r.cubin}: {e}") from None
-                L.Variant(r.key, *variant_words(rec.spec, by_key[r.key].kwargs(), r.plan, f"{name}[{r.key}]"), None)
+                L.Variant(r.key, *variant_args(rec.spec, by_key[r.key].kwargs(), r.plan, f"{name}[{r.key}]"), None)
 
 
 class Registry:

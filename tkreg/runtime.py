@@ -13,7 +13,7 @@ import functools
 import threading
 
 from . import env
-from .assemble import op_words, slots, variant_words
+from .assemble import op_args, slots, variant_args
 from .errors import NoKernelError, UnsupportedDeviceError
 from .registry import ARCH_OF_CAPABILITY, OpEntry, Registry
 from .spec import import_ref
@@ -41,9 +41,8 @@ class Runtime:
 
     def _build(self, e: OpEntry):
         from .native import launcher
-        words, names, defaults = op_words(e.spec)
         hooks = tuple(functools.partial(f, e) for f in (self.resolve, self.fallback, self.autograd, self.on_error))
-        return launcher().Op(e.spec.name, words, names, defaults, hooks)
+        return launcher().Op(e.spec.name, *op_args(e.spec), hooks)
 
     def arch_of(self, dev: int) -> str | None:
         import torch
@@ -76,7 +75,7 @@ class Runtime:
             rows = []
             for c in e.candidates(arch):
                 where = f"{spec.name}[{c.key}]"
-                v = V(c.key, *variant_words(spec, c.variant.kwargs(), c.record.plan, where),
+                v = V(c.key, *variant_args(spec, c.variant.kwargs(), c.record.plan, where),
                       functools.partial(c.cubin, spec.name, arch))
                 self._candidate[v] = c
                 rows.append(v)
@@ -115,8 +114,8 @@ class Runtime:
         from . import diagnose
         out = []
         for v, code, idx in rows:
-            plan = self._candidate[v].record.plan
-            out.append((v.key, diagnose.rejection(e.spec, code, idx, bound, plan.constraints, plan.uses)))
+            c = self._candidate[v]
+            out.append((c.key, diagnose.rejection(e.spec, code, idx, bound, c.record.plan.constraints, c.record.plan.uses)))
         return out
 
     def explain(self, name: str, args: tuple, kwargs: dict, arch: str | None = None) -> list:

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 import tkreg
-from tkreg import codes, manifest
+from tkreg import assemble, codes, manifest
 from tkreg.errors import NoKernelError, PackError
 from tkreg.plan import Plan
 from tkreg.registry import BUILTIN_PACKS, Registry
 from tkreg.runtime import Runtime
-from tkreg.spec import OpSpec
+from tkreg.spec import OpSpec, Tensor
 
 BF16 = torch.bfloat16
 PROBE = Path(__file__).resolve().parents[1] / "format_probe" / "pack"
@@ -69,6 +69,50 @@ def test_the_codes_header_is_the_table():
     assert sizes == [codes.DTYPES[n][1] for n in sorted(codes.DTYPES, key=lambda n: codes.DTYPES[n][0])]
     arity = [int(s) for s in re.search(r"OP_ARITY\[NOPCODES\] = \{([^}]*)\}", h).group(1).split(",")]
     assert all(arity[c] == n for c, n in codes.OPCODES.values())
+
+
+def test_the_header_declares_the_struct_layouts_python_fills():
+    """assemble.py fills ctypes structs the launcher copies byte for byte: the header declares the
+    same fields in the same order, and the launcher refuses bytes of another size."""
+    import ctypes
+
+    from tkreg.native import launcher
+    h = codes.header()
+    for name, cls in codes.CTYPES.items():
+        decl = re.search(r"typedef struct \{ (.*?) \} " + name + ";", h).group(1)
+        assert [d.split()[-1].split("[")[0] for d in decl.rstrip(";").split("; ")] == [f for f, _ in cls._fields_]
+        assert ctypes.sizeof(cls) % ctypes.alignment(cls) == 0
+    spec = OpSpec("t.size", (Tensor("x", ("N",), dtypes=("int8",)),))
+    plan, code, names, defaults = assemble.op_args(spec)
+    L = launcher()
+    L.Op(spec.name, plan, code, names, defaults, (None,) * 4)
+    with pytest.raises(PackError, match=r"plan struct of \d+ bytes, expected \d+"):
+        L.Op(spec.name, plan[:-8], code, names, defaults, (None,) * 4)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("rank", 6, r"Tma.rank = 6, expected an integer in \[1, 6\)"),
+    ("box", (0,), r"Tma.box = 0"),
+    ("estr", (9,), r"Tma.estr = 9"),
+    ("rank", True, r"Tma.rank = True"),
+    ("dims", [None] * 6, r"Tma.dims: 6 entries, at most 5"),
+])
+def test_struct_checks_every_value_against_its_range(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        codes.struct("Tma", **{field: value})
+
+
+def test_a_plan_value_out_of_range_is_a_packerror_naming_the_field():
+    from tkreg.plan import Launch, Plan
+    spec = OpSpec("t.range", (Tensor("x", ("N",), dtypes=("int8",)),))
+    for block, match in (((0, 1, 1), "Kernel.block = 0"), ((2048, 1, 1), "Kernel.block = 2048")):
+        plan = Plan({"x": "int8"}, (), (Launch("k", ([1], [1], [1]), block, [0]),))
+        with pytest.raises(PackError, match=r"t.range\[v\]: the plan does not fit the op .*" + match):
+            assemble.variant_args(spec, {}, plan, "t.range[v]")
+    deep = [1] * 40 + ["+"] * 39   # 40 constants on the stack; the launcher's holds 32
+    plan = Plan({"x": "int8"}, (), (Launch("k", (deep, [1], [1]), (1, 1, 1), [0]),))
+    with pytest.raises(PackError, match="stack deeper than 32"):
+        assemble.variant_args(spec, {}, plan, "t.range[v]")
 
 
 def test_no_code_table_is_copied_by_hand():
@@ -216,9 +260,9 @@ def test_an_input_dim_may_be_a_multiple_of_a_symbol():
     def on_error(code, index, detail, bound, env):
         raise diagnose.refusal(spec, code, index, detail, bound, env, names)
     L = launcher()
-    op = L.Op(spec.name, *assemble.op_words(spec), (None, None, None, on_error))
+    op = L.Op(spec.name, *assemble.op_args(spec), (None, None, None, on_error))
     plan = Plan({"x": "bfloat16", "out": "bfloat16"}, (), (Launch("k", ([1], [1], [1]), (1, 1, 1), [0]),))
-    v = L.Variant("v", *assemble.variant_words(spec, {}, plan, "t.gated"), None)
+    v = L.Variant("v", *assemble.variant_args(spec, {}, plan, "t.gated"), None)
     _, _, env, rows = op.check((torch.empty(3, 10, dtype=BF16),), {}, (v,))
     assert dict(zip(names, env))["N"] == 5 and rows[0][1] == 0
     with pytest.raises(ValueError, match=r"`x` has shape \(3, 9\); expected \(3, 8\)"):

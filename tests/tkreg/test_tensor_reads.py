@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tkreg.native import SHIM_STATE, attributes, direct_read_ok, enable_shim, launcher
+from tkreg.native import SHIM_STATE, describe, direct_read_ok, enable_shim, launcher
 
 DT = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8, torch.bool]
 
@@ -28,7 +28,7 @@ def test_shim_reads_what_the_attributes_say(shape, dt, offset, transpose, param)
         t = t.transpose(0, 1)
     if param and dt.is_floating_point:
         t = torch.nn.Parameter(t)
-    assert launcher().shim_probe(t) == attributes(t)
+    assert launcher().shim_probe(t) == describe(t)
 
 
 def test_direct_tensorimpl_read_is_checked():
@@ -40,7 +40,7 @@ def test_direct_tensorimpl_read_is_checked():
     assert ("direct" in SHIM_STATE["why"]) == layout_ok, SHIM_STATE
     assert direct_read_ok(t) is layout_ok and direct_read_ok(torch.nn.Parameter(torch.zeros(3))) is layout_ok
     t = torch.arange(6.0)[1:]
-    assert launcher().shim_probe(t) == attributes(t)
+    assert launcher().shim_probe(t) == describe(t)
 
 
 def test_subclasses_take_the_attribute_path():

@@ -1,6 +1,7 @@
 /* The slice of the CUDA driver API the launcher uses, declared here so the wheel builds with no
- * CUDA toolkit and links no CUDA library: libcuda.so.1 is dlopen'ed on first use.  Layouts and
- * enum values follow cuda.h of CUDA 12/13 (ABI-stable). */
+ * CUDA toolkit and links no CUDA library: tkreg/native.py loads libcuda.so.1 on first use and
+ * hands the launcher these entry points.  Layouts and enum values follow cuda.h of CUDA 12/13
+ * (ABI-stable). */
 #ifndef TKREG_CUDA_DRIVER_H
 #define TKREG_CUDA_DRIVER_H
 #include <stddef.h>
@@ -16,31 +17,12 @@ typedef struct CUstream_st *CUstream;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
-#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
-#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
-#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 
 typedef struct { _Alignas(64) uint64_t opaque[16]; } CUtensorMap;
 
-typedef enum {
-    CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2,
-    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
-    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
-} CUlaunchAttributeID;
-
-typedef union {
-    char pad[64];
-    struct { unsigned int x, y, z; } clusterDim;
-    int cooperative;
-    int programmaticStreamSerializationAllowed;
-} CUlaunchAttributeValue;
-
-typedef struct {
-    CUlaunchAttributeID id;
-    char pad[8 - sizeof(CUlaunchAttributeID)];
-    CUlaunchAttributeValue value;
-} CUlaunchAttribute;
+/* An id (tkreg/codes.py LAUNCH_ATTRS) and its value union; tkreg_codes.h's LaunchAttr spells it out. */
+typedef struct { int id; char pad[4]; _Alignas(8) char value[64]; } CUlaunchAttribute;
 
 typedef struct {
     unsigned int gridDimX, gridDimY, gridDimZ;
@@ -51,11 +33,9 @@ typedef struct {
     unsigned int numAttrs;
 } CUlaunchConfig;
 
-/* Every driver entry point we call, resolved with dlsym. */
+/* Every driver entry point the launcher calls (in this order: `_launcher.DRIVER_FUNCS`). */
 #define TKREG_CU_FUNCS(X)                                                                       \
-    X(cuInit, (unsigned int))                                                                   \
     X(cuDeviceGet, (CUdevice *, int))                                                           \
-    X(cuDeviceGetAttribute, (int *, int, CUdevice))                                             \
     X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                        \
     X(cuCtxGetCurrent, (CUcontext *))                                                           \
     X(cuCtxSetCurrent, (CUcontext))                                                             \
@@ -70,8 +50,6 @@ typedef struct {
     X(cuLaunchKernelEx, (const CUlaunchConfig *, CUfunction, void **, void **))                 \
     X(cuTensorMapEncodeTiled, (CUtensorMap *, int, uint32_t, void *, const uint64_t *,          \
                                const uint64_t *, const uint32_t *, const uint32_t *, int, int,  \
-                               int, int))                                                       \
-    X(cuGetErrorName, (CUresult, const char **))                                                \
-    X(cuGetErrorString, (CUresult, const char **))
+                               int, int))
 
 #endif

@@ -1,125 +1,102 @@
 /* tkreg's native launcher: binds a call to the op's signature, validates it, picks a variant and
- * launches its kernels through the CUDA driver API on torch's current stream.
- *
- * It reads the plan build_tools took from tilelang's IR, as int64 words from tkreg/assemble.py;
- * the codes are tkreg/codes.py's (tkreg_codes.h is generated).  Limited API; links nothing from
- * CUDA or torch (libcuda.so.1 is dlopen'ed on first use).  Every value read from the words is
- * range-checked when parsed and each kernel's parameters are checked against the cubin when its
- * module loads, so a broken pack is a PackError, never a crash.  A refused call is reported to
- * Python as (code, argument, detail); tkreg/diagnose.py writes the message.  The GIL is held
- * throughout; it can drop only in Python callbacks, after which shared slots are re-checked. */
+ * launches its kernels through the CUDA driver API on torch's current stream.  Limited API; links
+ * nothing (tkreg/native.py hands it libcuda's entry points).  It copies the plan structs
+ * tkreg/assemble.py packed and checked (layouts, codes, limits: tkreg/codes.py, whose header it
+ * includes), checks each kernel's parameters against the cubin at module load, and reports a
+ * refusal as (code, argument, detail) and a failure as its facts: tkreg/diagnose.py writes the
+ * messages.  The GIL is held throughout; it drops only in Python callbacks, after which shared
+ * slots are re-checked. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <dlfcn.h>
-#include <stdint.h>
+#include <stdarg.h>
 #include <string.h>
 
 #include "cuda_driver.h"
 #include "tkreg_codes.h"
 
-/* Bind dl* to their pre-2.34 versions so the wheel keeps an old manylinux tag. */
-#if defined(__GLIBC__) && defined(__x86_64__)
-__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
-__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
-__asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
-#elif defined(__GLIBC__) && defined(__aarch64__)
-__asm__(".symver dlopen,dlopen@GLIBC_2.17");
-__asm__(".symver dlsym,dlsym@GLIBC_2.17");
-__asm__(".symver dlerror,dlerror@GLIBC_2.17");
-#endif
-
-enum { MAXDEV = 64, MAXRANK = 8, MAXT = 32, MAXS = 32, MAXSLOT = 64, MAXBIND = 128, MAXP = 64, MAXTMA = 16,
-       MAXK = 16, STACK = 32, PBUF = 8192 };
 enum { CALL, CHECK }; /* what dispatch does after validation */
+_Static_assert(sizeof(LaunchAttr) == sizeof(CUlaunchAttribute), "codes.py's LaunchAttr is cuda.h's CUlaunchAttribute");
 
-#define DECLARE_FN(name, args) static CUresult(*p_##name) args;
-TKREG_CU_FUNCS(DECLARE_FN)
-static int g_cuda; /* 0 untried, 1 ready, -1 failed */
-static char g_cuda_err[320];
+#define DECLARE_FN(name, args) CUresult(*name) args;
+#define NAME_FN(name, args) #name " "
+static struct { TKREG_CU_FUNCS(DECLARE_FN) } cu; /* the driver's entry points, as tkreg.native.driver packs them */
+static int g_cuda;                                 /* cu is set */
 static CUcontext g_ctx[MAXDEV];
 static int64_t g_sm[MAXDEV + 1]; /* multiprocessor count per device (slot 0: CPU), from resolve */
 static long g_modules;           /* cuModuleLoadData calls that succeeded (tests: no double load) */
-static PyObject *g_dtypes[NDTYPES], *g_empty, *g_get_stream, *g_LaunchError, *g_PackError, *g_VariantType;
-static PyObject *g_describe, *g_empty_like, *g_new_empty, *g_grad_on, *s_requires_grad;
+static PyObject *g_dtypes[NDTYPES], *g_empty, *g_get_stream, *g_LaunchError, *g_PackError;
+static PyObject *g_describe, *g_empty_like, *g_new_empty, *g_grad_on, *g_driver, *g_fail, *s_requires_grad;
 
 /* torch's ABI-stable C shim (`aoti_torch_*`, found by tkreg/native.py in the libtorch `import
  * torch` loaded): sizes, strides, dtype, device and data of an exact torch.Tensor / Parameter in
  * nanoseconds.  Anything else goes through Python (`describe`). */
 static struct {
     int ok, direct; /* direct: the TensorImpl* is the word after PyObject_HEAD (checked in Python) */
-    int32_t (*data_ptr)(void *, void **), (*sizes)(void *, int64_t **), (*strides)(void *, int64_t **),
-        (*dim)(void *, int64_t *), (*dtype)(void *, int32_t *), (*devtype)(void *, int32_t *), (*devidx)(void *, int32_t *),
-        (*stream)(int32_t, void **);
-    _Bool (*grad_on)(void);
+    struct { /* as tkreg.native packs them; stream and grad_on may be NULL */
+        int32_t (*data_ptr)(void *, void **), (*sizes)(void *, int64_t **), (*strides)(void *, int64_t **),
+            (*dim)(void *, int64_t *), (*dtype)(void *, int32_t *), (*devtype)(void *, int32_t *), (*devidx)(void *, int32_t *),
+            (*stream)(int32_t, void **);
+        _Bool (*grad_on)(void);
+    } fn;
     int32_t scalar_type[NDTYPES], cpu, cuda;
     PyObject *types[2], *cdata;
 } g_shim;
 
 /* ---- driver ------------------------------------------------------------------------------ */
-static const char *cu_str(CUresult r) {
-    static char buf[256];
-    const char *name = NULL, *s = NULL;
-    if (p_cuGetErrorName) p_cuGetErrorName(r, &name);
-    if (p_cuGetErrorString) p_cuGetErrorString(r, &s);
-    snprintf(buf, sizeof buf, "%s (%d): %s", name ? name : "CUDA error", r, s ? s : "unknown");
-    return buf;
+/* A copy of bytes Python packed, `size` long (-1: any); into dst, or allocated when NULL. */
+static void *take(PyObject *b, Py_ssize_t size, void *dst) {
+    char *s;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(b, &s, &n) < 0) return NULL;
+    if (size >= 0 && n != size) return PyErr_Format(g_PackError, "a plan struct of %zd bytes, expected %zd", n, size), NULL;
+    if (!dst && !(dst = PyMem_Malloc(n + 1))) return PyErr_NoMemory(), NULL;
+    return memcpy(dst, s, n);
 }
 
+/* Hand a failure to tkreg.diagnose.failure(kind, op, key, *facts), which raises it; returns -1. */
+static int fail(const char *fmt, ...) {
+    va_list va;
+    va_start(va, fmt);
+    PyObject *a = Py_VaBuildValue(fmt, va), *r = a ? PyObject_CallObject(g_fail, a) : NULL;
+    va_end(va);
+    Py_XDECREF(a), Py_XDECREF(r);
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "tkreg: the failure hook returned");
+    return -1;
+}
+#define cu_fail(r, op, key, what) fail("(sOOis)", "cuda", op, (key) ? (key) : Py_None, (int)(r), what)
+
+/* The driver's entry points from tkreg.native.driver, which loads libcuda and runs cuInit. */
 static int cuda_load(void) {
-    if (g_cuda == 0) {
-        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-        const char *miss = NULL;
-        CUresult r;
-        g_cuda = -1;
-        if (!h) snprintf(g_cuda_err, sizeof g_cuda_err, "cannot load libcuda.so.1 (%s): is the NVIDIA driver installed?", dlerror());
-#define LOAD_FN(name, args) if (h && !miss && !(p_##name = (CUresult(*) args)dlsym(h, #name))) miss = #name;
-        TKREG_CU_FUNCS(LOAD_FN)
-        if (h && miss) snprintf(g_cuda_err, sizeof g_cuda_err, "libcuda.so.1 lacks %s: tkreg needs a driver for CUDA 13.0 (R580 or newer)", miss);
-        else if (h && (r = p_cuInit(0))) snprintf(g_cuda_err, sizeof g_cuda_err, "cuInit failed: %s", cu_str(r));
-        else if (h) g_cuda = 1;
-    }
-    if (g_cuda == 1) return 0;
-    PyErr_SetString(g_LaunchError, g_cuda_err);
-    return -1;
+    PyObject *b = g_cuda ? NULL : PyObject_CallObject(g_driver, NULL); /* Python: the GIL may drop here */
+    if (!g_cuda && b && take(b, sizeof cu, &cu)) g_cuda = 1;
+    Py_XDECREF(b);
+    return g_cuda ? 0 : -1;
 }
 
-static int cu_fail(CUresult r, PyObject *op, PyObject *key, const char *what) {
-    if (key) PyErr_Format(g_LaunchError, "%U[%U]: %s failed: %s", op, key, what, cu_str(r));
-    else PyErr_Format(g_LaunchError, "%U: %s failed: %s", op, what, cu_str(r));
-    return -1;
-}
-
-/* Make cuda:dev's primary context current; *prev gets what was current, restored by ctx_exit. */
+/* Make cuda:dev's primary context current; *prev gets what was current, which launch restores. */
 static int ctx_enter(int dev, CUcontext *prev, PyObject *op) {
     CUresult r;
     CUdevice d;
-    if (!g_ctx[dev] && ((r = p_cuDeviceGet(&d, dev)) || (r = p_cuDevicePrimaryCtxRetain(&g_ctx[dev], d))))
+    if (!g_ctx[dev] && ((r = cu.cuDeviceGet(&d, dev)) || (r = cu.cuDevicePrimaryCtxRetain(&g_ctx[dev], d))))
         return cu_fail(r, op, NULL, "opening the device's primary context");
-    if ((r = p_cuCtxGetCurrent(prev))) return cu_fail(r, op, NULL, "cuCtxGetCurrent");
-    if (*prev != g_ctx[dev] && (r = p_cuCtxSetCurrent(g_ctx[dev]))) return cu_fail(r, op, NULL, "cuCtxSetCurrent");
-    return 0;
-}
-
-static int ctx_exit(int dev, CUcontext prev, PyObject *op) {
-    CUresult r;
-    if (prev && prev != g_ctx[dev] && (r = p_cuCtxSetCurrent(prev))) return cu_fail(r, op, NULL, "restoring the current context");
+    if ((r = cu.cuCtxGetCurrent(prev))) return cu_fail(r, op, NULL, "cuCtxGetCurrent");
+    if (*prev != g_ctx[dev] && (r = cu.cuCtxSetCurrent(g_ctx[dev]))) return cu_fail(r, op, NULL, "cuCtxSetCurrent");
     return 0;
 }
 
 /* ---- programs ---------------------------------------------------------------------------- */
-typedef struct { int n; const int64_t *code; } Prog;
-
 static int64_t floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 
-/* 0, -1 when it reads an unbound slot, -2 on a division by zero (or overflow).  prog_ok checked
- * the program when it was parsed, so the stack and the slots are in range. */
-static int prog_eval(Prog p, const int64_t *env, const char *bound, int64_t *out) {
+/* p over its owner's code: 0, -1 when it reads an unbound slot, -2 on a division by zero (or
+ * overflow).  assemble.py checked the program, so the stack and the slots are in range. */
+static int prog_eval(const int64_t *base, Prog p, const int64_t *env, const char *bound, int64_t *out) {
+    const int64_t *code = base + p.off;
     int64_t st[STACK], a, b, r = 0;
     int sp = 0;
     for (int i = 0; i < p.n; i++) {
-        int64_t op = p.code[i];
+        int64_t op = code[i];
         if (op == OP_CONST || op == OP_SYM) {
-            int64_t v = p.code[++i];
+            int64_t v = code[++i];
             if (op == OP_SYM && bound && !bound[v]) return -1;
             st[sp++] = op == OP_SYM ? env[v] : v;
             continue;
@@ -143,62 +120,15 @@ static int prog_eval(Prog p, const int64_t *env, const char *bound, int64_t *out
     return 0;
 }
 
-static int prog_ok(Prog p, int nslot) {
-    int sp = 0;
-    for (int i = 0; i < p.n; i++) {
-        int64_t op = p.code[i];
-        if (op < 0 || op >= NOPCODES) return 0;
-        if (op == OP_CONST || op == OP_SYM) {
-            if (i + 1 >= p.n || sp >= STACK || (op == OP_SYM && (p.code[i + 1] < 0 || p.code[i + 1] >= nslot))) return 0;
-            i++, sp++;
-        } else if (sp < OP_ARITY[op]) return 0;
-        else sp -= OP_ARITY[op] - 1;
-    }
-    return sp == 1;
-}
-
-/* A cursor over the words: each read names its range, and a value outside it spoils the parse. */
-typedef struct { const int64_t *w; Py_ssize_t n, i; int bad; } Cur;
-static int64_t nx(Cur *c, int64_t lo, int64_t hi) { /* the next word, in [lo, hi) */
-    int64_t v = c->i < c->n ? c->w[c->i++] : (c->bad = 1, 0);
-    c->bad |= v < lo || v >= hi;
-    return v;
-}
-static Prog nx_prog(Cur *c, int nslot) {
-    Prog p = {0, NULL};
-    int64_t n = nx(c, 1, 512);
-    if (c->bad || c->i + n > c->n) return c->bad = 1, p;
-    p.n = (int)n, p.code = c->w + c->i, c->i += n;
-    c->bad |= !prog_ok(p, nslot);
-    return p;
-}
-static int64_t *copy_words(PyObject *buf, Py_ssize_t *n) {
-    char *data;
-    Py_ssize_t len;
-    if (PyBytes_AsStringAndSize(buf, &data, &len) < 0) return NULL;
-    if (len % 8) return PyErr_SetString(g_PackError, "plan words: length not a multiple of 8"), NULL;
-    int64_t *w = PyMem_Malloc(len + 8);
-    if (!w) return PyErr_NoMemory(), NULL;
-    memcpy(w, data, len);
-    *n = len / 8;
-    return w;
-}
-#define BIG ((int64_t)1 << 62)
-
 static void tp_free_self(PyObject *self) { PyTypeObject *tp = Py_TYPE(self); ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self); Py_DECREF(tp); }
 static PyObject *tp_alloc(PyTypeObject *tp) { return ((allocfunc)PyType_GetSlot(tp, Py_tp_alloc))(tp, 0); }
 
 /* ---- Variant ------------------------------------------------------------------------------ */
-typedef struct { int tensor, dtype, rank; Prog dims[5], strides[4]; uint32_t box[5], estr[5]; int il, sw, l2, oob; } Tma;
-typedef struct { int kind, index, type, off; } Param;
-typedef struct { Prog grid[3], smem; unsigned block[3], cluster[3]; int coop, pdl, np; Param p[MAXP]; } Kernel;
 typedef struct {
     PyObject_HEAD
-    int nt, ns, nslot, ncons, ntma, nkern, nset, dtypes[MAXT], set_slot[MAXSLOT];
-    int64_t uses, set_val[MAXSLOT], *words;
-    Prog *cons;
-    Tma *tma;
+    VariantPlan p;
     Kernel *kern;
+    int64_t *code;
     PyObject *key, *names, *loader, *cubin;
     CUmodule mod[MAXDEV];
     CUfunction *fn[MAXDEV];
@@ -208,64 +138,26 @@ typedef struct {
 static void Variant_dealloc(PyObject *self) {
     Variant *v = (Variant *)self;
     Py_XDECREF(v->key); Py_XDECREF(v->names); Py_XDECREF(v->loader); Py_XDECREF(v->cubin);
-    PyMem_Free(v->cons); PyMem_Free(v->tma); PyMem_Free(v->kern); PyMem_Free(v->words);
+    PyMem_Free(v->kern), PyMem_Free(v->code);
     for (int d = 0; d < MAXDEV; d++) PyMem_Free(v->fn[d]), PyMem_Free(v->smem_set[d]);
     tp_free_self(self); /* modules stay loaded: a kernel may still run on a stream */
 }
 
-/* Variant(key, words: bytes, kernel names: tuple[str], loader: callable -> cubin bytes) */
+/* Variant(key, VariantPlan, Kernels, code: bytes, kernel names: tuple[str], loader: callable -> cubin bytes) */
 static PyObject *Variant_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
-    PyObject *key, *buf, *names, *loader;
+    PyObject *key, *plan, *kern, *code, *names, *loader;
     Variant *v;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "UOO!O:Variant", &key, &buf, &PyTuple_Type, &names, &loader) || !(v = (Variant *)tp_alloc(tp))) return NULL;
+    if (!PyArg_ParseTuple(args, "UO!O!O!O!O:Variant", &key, &PyBytes_Type, &plan, &PyBytes_Type, &kern, &PyBytes_Type, &code,
+                          &PyTuple_Type, &names, &loader) || !(v = (Variant *)tp_alloc(tp))) return NULL;
     v->key = Py_NewRef(key), v->names = Py_NewRef(names), v->loader = Py_NewRef(loader);
-    if (!(v->words = copy_words(buf, &n))) goto fail;
-    Cur c = {v->words, n, 0, 0};
-    v->nt = (int)nx(&c, 0, MAXT + 1), v->ns = (int)nx(&c, 0, MAXS + 1), v->nslot = (int)nx(&c, 0, MAXSLOT + 1);
-    for (int i = 0; i < v->nt && !c.bad; i++) v->dtypes[i] = (int)nx(&c, -1, NDTYPES);
-    v->uses = nx(&c, 0, BIG);
-    v->nset = (int)nx(&c, 0, MAXSLOT + 1);
-    for (int i = 0; i < v->nset && !c.bad; i++) v->set_slot[i] = (int)nx(&c, 0, v->nslot), v->set_val[i] = nx(&c, -BIG, BIG);
-    v->ncons = (int)nx(&c, 0, 1024), v->cons = PyMem_Calloc(v->ncons + 1, sizeof(Prog));
-    for (int i = 0; i < v->ncons && !c.bad && v->cons; i++) v->cons[i] = nx_prog(&c, v->nslot);
-    v->ntma = (int)nx(&c, 0, MAXTMA + 1), v->tma = PyMem_Calloc(v->ntma + 1, sizeof(Tma));
-    for (int i = 0; i < v->ntma && !c.bad && v->tma; i++) {
-        Tma *t = &v->tma[i];
-        t->tensor = (int)nx(&c, 0, v->nt), t->dtype = (int)nx(&c, 0, 32), t->rank = (int)nx(&c, 1, 6);
-        for (int r = 0; r < 2 * t->rank - 1 && !c.bad; r++) *(r < t->rank ? &t->dims[r] : &t->strides[r - t->rank]) = nx_prog(&c, v->nslot);
-        for (int r = 0; r < t->rank; r++) t->box[r] = (uint32_t)nx(&c, 1, 257);
-        for (int r = 0; r < t->rank; r++) t->estr[r] = (uint32_t)nx(&c, 1, 9);
-        t->il = (int)nx(&c, 0, 3), t->sw = (int)nx(&c, 0, 8), t->l2 = (int)nx(&c, 0, 4), t->oob = (int)nx(&c, 0, 2);
-    }
-    v->nkern = (int)nx(&c, 1, MAXK + 1), v->kern = PyMem_Calloc(MAXK, sizeof(Kernel));
-    for (int i = 0; i < v->nkern && !c.bad && v->kern; i++) {
-        Kernel *k = &v->kern[i];
-        for (int j = 0; j < 3; j++) k->grid[j] = nx_prog(&c, v->nslot);
-        for (int j = 0; j < 3; j++) k->block[j] = (unsigned)nx(&c, 1, 1025);
-        k->smem = nx_prog(&c, v->nslot);
-        for (int j = 0; j < 3; j++) k->cluster[j] = (unsigned)nx(&c, 1, 17);
-        k->coop = (int)nx(&c, 0, 2), k->pdl = (int)nx(&c, 0, 2), k->np = (int)nx(&c, 0, MAXP + 1);
-        for (int j = 0; j < k->np && !c.bad; j++) {
-            Param *P = &k->p[j];
-            P->kind = (int)nx(&c, 0, 4);
-            P->index = (int)nx(&c, 0, P->kind == P_PTR ? v->nt : P->kind == P_TMA ? v->ntma : P->kind == P_SYM ? v->nslot : v->ns);
-            P->type = (int)nx(&c, 0, NTYPES);
-            c.bad |= P->kind == P_SYM && P->type != T_INT32 && P->type != T_INT64;
-        }
-    }
-    if (!v->cons || !v->tma || !v->kern) { PyErr_NoMemory(); goto fail; }
-    if (!c.bad && c.i == c.n && PyTuple_Size(names) == v->nkern) return (PyObject *)v;
-    PyErr_Format(g_PackError, "variant %U: malformed plan words (a value out of range at word %zd)", key, c.i);
-fail:
+    if (take(plan, sizeof(VariantPlan), &v->p) && (v->kern = take(kern, v->p.nkern * (Py_ssize_t)sizeof(Kernel), NULL)) &&
+        (v->code = take(code, -1, NULL))) return (PyObject *)v;
     Py_DECREF(v);
     return NULL;
 }
 
-static PyObject *Variant_key(PyObject *self, void *closure) { return Py_NewRef(((Variant *)self)->key); }
-static PyGetSetDef Variant_getset[] = {{"key", Variant_key, NULL, "the variant's key", NULL}, {NULL}};
 static PyType_Slot Variant_slots[] = {
-    {Py_tp_new, Variant_new}, {Py_tp_dealloc, Variant_dealloc}, {Py_tp_getset, Variant_getset},
+    {Py_tp_new, Variant_new}, {Py_tp_dealloc, Variant_dealloc},
     {Py_tp_doc, "A compiled variant: its launch plan and, once loaded, its module per device."}, {0, NULL}};
 static PyType_Spec Variant_spec = {"tkreg._launcher.Variant", sizeof(Variant), 0, Py_TPFLAGS_DEFAULT, Variant_slots};
 
@@ -275,23 +167,17 @@ static int check_params(Variant *v, Kernel *K, CUfunction f, const char *kname, 
     size_t off, size, want = 0;
     int n = 0, end = 0;
     CUresult r;
-    for (; (r = p_cuFuncGetParamInfo(f, n, &off, &size)) == CUDA_SUCCESS; n++) {
+    for (; (r = cu.cuFuncGetParamInfo(f, n, &off, &size)) == CUDA_SUCCESS; n++) {
         Param *P = &K->p[n < K->np ? n : 0];
         want = P->kind == P_PTR ? 8 : P->kind == P_TMA ? sizeof(CUtensorMap) : (size_t)TYPE_SIZE[P->type];
         if (n < K->np && size != want) break;
         int align = P->kind == P_TMA ? 64 : (int)want;
         if (n < K->np) P->off = (end + align - 1) / align * align, end = P->off + (int)want;
     }
-    if (r == CUDA_SUCCESS)
-        PyErr_Format(g_PackError, "%U[%U]: kernel %s parameter %d is %zu bytes in the cubin, the plan gives %zu bytes: "
-                     "the pack is broken, rebuild it", op, v->key, kname, n, size, want);
-    else if (r != CUDA_ERROR_INVALID_VALUE) cu_fail(r, op, v->key, "cuFuncGetParamInfo");
-    else if (n != K->np)
-        PyErr_Format(g_PackError, "%U[%U]: kernel %s takes %d parameters in the cubin, the plan lists %d: the pack is "
-                     "broken, rebuild it", op, v->key, kname, n, K->np);
-    else if (end > PBUF) PyErr_Format(g_PackError, "%U[%U]: kernel %s parameters take %d bytes", op, v->key, kname, end);
-    else return 0;
-    return -1;
+    if (r == CUDA_SUCCESS) return fail("(sOOsinn)", "param_size", op, v->key, kname, n, (Py_ssize_t)size, (Py_ssize_t)want);
+    if (r != CUDA_ERROR_INVALID_VALUE) return cu_fail(r, op, v->key, "cuFuncGetParamInfo");
+    if (n != K->np) return fail("(sOOsii)", "param_count", op, v->key, kname, n, K->np);
+    return end > PBUF ? fail("(sOOsi)", "param_bytes", op, v->key, kname, end) : 0;
 }
 
 /* Load the cubin (once per process) and its module (once per device); the context is current. */
@@ -306,37 +192,30 @@ static int variant_load(Variant *v, int dev, PyObject *op) {
     }
     /* No Python runs from here until the slot is filled, so no other thread can interleave. */
     CUmodule m;
-    CUresult r = p_cuModuleLoadData(&m, PyBytes_AsString(v->cubin));
+    CUresult r = cu.cuModuleLoadData(&m, PyBytes_AsString(v->cubin));
     if (r) return cu_fail(r, op, v->key, "cuModuleLoadData");
-    CUfunction *f = PyMem_Calloc(v->nkern, sizeof(CUfunction));
-    int *ss = PyMem_Calloc(v->nkern, sizeof(int));
-    for (int k = 0; k < v->nkern; k++) {
+    CUfunction *f = PyMem_Calloc(v->p.nkern, sizeof(CUfunction));
+    int *ss = PyMem_Calloc(v->p.nkern, sizeof(int));
+    for (int k = 0; k < v->p.nkern; k++) {
         const char *name = f && ss ? PyUnicode_AsUTF8AndSize(PyTuple_GetItem(v->names, k), NULL) : NULL;
-        if (!name) { if (!PyErr_Occurred()) PyErr_NoMemory(); goto fail; }
-        if ((r = p_cuModuleGetFunction(&f[k], m, name))) {
-            PyErr_Format(g_PackError, "%U[%U]: the cubin has no kernel %s (%s): the pack is broken, rebuild it", op, v->key, name, cu_str(r));
-            goto fail;
-        }
-        if (check_params(v, &v->kern[k], f[k], name, op)) goto fail;
+        if (!name) { if (!PyErr_Occurred()) PyErr_NoMemory(); goto undo; }
+        if ((r = cu.cuModuleGetFunction(&f[k], m, name))) { fail("(sOOsi)", "no_kernel", op, v->key, name, (int)r); goto undo; }
+        if (check_params(v, &v->kern[k], f[k], name, op)) goto undo;
     }
     v->fn[dev] = f, v->smem_set[dev] = ss, v->mod[dev] = m, g_modules++;
     return 0;
-fail:
-    PyMem_Free(f), PyMem_Free(ss), p_cuModuleUnload(m);
+undo:
+    PyMem_Free(f), PyMem_Free(ss), cu.cuModuleUnload(m);
     return -1;
 }
 
 /* ---- Op ----------------------------------------------------------------------------------- */
-typedef struct { int role, optional, rank, dmode, darg, like, newsrc, strided, zero; Prog dims[MAXRANK], strides[MAXRANK]; } TSig;
-typedef struct { int slot, kind, a, b; int64_t div; } Bind; /* a dim `k * S` binds S = dim / k */
 typedef struct {
     PyObject_HEAD
     PyObject *name, *names, *defaults, *hook[4]; /* resolve, fallback, grad_hook, on_error */
-    int nt, ns, nslot, npre, index64, sm_slot, nuser, nbind, nout, user[MAXT + MAXS], stype[MAXS];
-    TSig t[MAXT];
-    Bind bind[MAXBIND];
+    OpPlan p;
+    int64_t *code;
     PyObject *dev_table[MAXDEV + 1]; /* slot 0: CPU; a tuple of Variants, or unset */
-    int64_t *words;
     int memo_dev, memo_idx, memo_dt[MAXT]; /* the last decision, reused while the call's facts repeat */
     int64_t memo_env[MAXSLOT];
     char memo_bound[MAXSLOT];
@@ -348,53 +227,31 @@ static void Op_dealloc(PyObject *self) {
     Py_XDECREF(o->name); Py_XDECREF(o->names); Py_XDECREF(o->defaults);
     for (int i = 0; i < 4; i++) Py_XDECREF(o->hook[i]);
     for (int i = 0; i <= MAXDEV; i++) Py_XDECREF(o->dev_table[i]);
-    PyMem_Free(o->words);
+    PyMem_Free(o->code);
     tp_free_self(self);
 }
 
-/* Op(name, words, names: the calling convention's argument names, defaults: one per scalar (None:
- *    required), hooks: (resolve(dev) -> (variants, SM count) | None, fallback(bound, rows | None, env),
- *    grad_hook(bound), on_error(code, index, detail, bound, env))) */
+/* Op(name, OpPlan, code: bytes, names: the calling convention's argument names, defaults: one per
+ *    scalar (None: required), hooks: (resolve(dev) -> (variants, SM count) | None,
+ *    fallback(bound, rows | None, env), grad_hook(bound), on_error(code, index, detail, bound, env))) */
 static PyObject *Op_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
-    PyObject *name, *buf, *names, *defaults, *hooks;
+    PyObject *name, *plan, *code, *names, *defaults, *hooks;
     Op *o;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "UOO!O!O!:Op", &name, &buf, &PyTuple_Type, &names, &PyTuple_Type, &defaults, &PyTuple_Type, &hooks)) return NULL;
+    if (!PyArg_ParseTuple(args, "UO!O!O!O!O!:Op", &name, &PyBytes_Type, &plan, &PyBytes_Type, &code, &PyTuple_Type, &names,
+                          &PyTuple_Type, &defaults, &PyTuple_Type, &hooks)) return NULL;
     if (PyTuple_Size(hooks) != 4) return PyErr_Format(PyExc_TypeError, "Op: expected 4 hooks");
     if (!(o = (Op *)tp_alloc(tp))) return NULL;
     for (int i = 0; i < 4; i++) o->hook[i] = Py_NewRef(PyTuple_GetItem(hooks, i));
     o->name = Py_NewRef(name), o->names = Py_NewRef(names), o->defaults = Py_NewRef(defaults), o->memo_idx = -1;
-    if (!(o->words = copy_words(buf, &n))) goto fail;
-    Cur c = {o->words, n, 0, 0};
-    o->nt = (int)nx(&c, 0, MAXT + 1), o->ns = (int)nx(&c, 0, MAXS + 1), o->nslot = (int)nx(&c, 0, MAXSLOT + 1);
-    o->npre = (int)nx(&c, 0, o->nslot + 1), o->index64 = (int)nx(&c, 0, 2), o->sm_slot = (int)nx(&c, -1, o->npre);
-    o->nuser = (int)nx(&c, 0, o->nt + o->ns + 1);
-    for (int i = 0; i < o->nuser && !c.bad; i++) o->user[i] = (int)nx(&c, 0, o->nt + o->ns);
-    for (int i = 0; i < o->nt && !c.bad; i++) {
-        TSig *t = &o->t[i];
-        t->role = (int)nx(&c, 0, 4), t->optional = (int)nx(&c, 0, 2), t->rank = (int)nx(&c, 0, MAXRANK + 1), t->dmode = (int)nx(&c, 0, 3);
-        t->darg = (int)nx(&c, 0, t->dmode == DT_SET ? ((int64_t)1 << NDTYPES) : t->dmode == DT_SAME ? o->nt : NDTYPES);
-        t->like = (int)nx(&c, -1, o->nt), t->newsrc = (int)nx(&c, -1, o->nt), t->strided = (int)nx(&c, 0, 2), t->zero = (int)nx(&c, 0, 2);
-        for (int r = 0; r < t->rank * (1 + t->strided) && !c.bad; r++) *(r < t->rank ? &t->dims[r] : &t->strides[r - t->rank]) = nx_prog(&c, o->nslot);
-        o->nout += t->role == ROLE_OUTPUT;
-    }
-    for (int i = 0; i < o->nt && !c.bad; i++) c.bad |= o->t[i].dmode == DT_SAME && o->t[o->t[i].darg].dmode != DT_SET; /* flattened */
-    for (int i = 0; i < o->ns && !c.bad; i++) o->stype[i] = (int)nx(&c, 0, NTYPES);
-    o->nbind = (int)nx(&c, 0, MAXBIND + 1);
-    for (int i = 0; i < o->nbind && !c.bad; i++) {
-        Bind *b = &o->bind[i];
-        b->slot = (int)nx(&c, 0, o->npre), b->kind = (int)nx(&c, 0, S_SM_COUNT);
-        b->a = (int)nx(&c, 0, b->kind == S_SCALAR ? o->ns : o->nt), b->b = (int)nx(&c, 0, MAXRANK), b->div = nx(&c, 1, BIG);
-        c.bad |= (b->kind == S_DIM || b->kind == S_STRIDE) && b->b >= o->t[b->a].rank;
-    }
-    if (!c.bad && c.i == c.n && PyTuple_Size(names) == o->nuser && PyTuple_Size(defaults) == o->ns) return (PyObject *)o;
-    PyErr_Format(g_PackError, "op %U: malformed signature words", name);
-fail:
+    if (take(plan, sizeof(OpPlan), &o->p) && (o->code = take(code, -1, NULL))) return (PyObject *)o; /* names, defaults: assemble.py's */
     Py_DECREF(o);
     return NULL;
 }
 
-typedef struct { PyObject *obj; int dtype, rank, dev, contiguous; int64_t shape[MAXRANK], stride[MAXRANK]; unsigned long long ptr; } TArg;
+/* A tensor argument's facts; from dtype on, as tkreg.native.describe packs them (int64 words). */
+typedef struct { PyObject *obj; int64_t dtype, rank, dev, contiguous, shape[MAXRANK], stride[MAXRANK], ptr; } TArg;
+#define FACTS(a) ((char *)&(a)->dtype)
+enum { NFACTS = sizeof(TArg) - offsetof(TArg, dtype) };
 typedef union { int32_t i32; int64_t i64; float f32; double f64; _Bool b; } Slot;
 typedef struct {
     PyObject *a[MAXT + MAXS]; /* bound arguments (borrowed), spec order; NULL: not given */
@@ -408,13 +265,13 @@ typedef struct {
 
 /* The call as Python sees it: bound arguments (spec order, None when absent) and slot values. */
 static PyObject *bound_tuple(Op *o, Call *c) {
-    PyObject *t = PyTuple_New(o->nt + o->ns);
-    for (int i = 0; t && i < o->nt + o->ns; i++) PyTuple_SetItem(t, i, Py_NewRef(c->a[i] ? c->a[i] : Py_None));
+    PyObject *t = PyTuple_New(o->p.nt + o->p.ns);
+    for (int i = 0; t && i < o->p.nt + o->p.ns; i++) PyTuple_SetItem(t, i, Py_NewRef(c->a[i] ? c->a[i] : Py_None));
     return t;
 }
 static PyObject *env_tuple(Op *o, Call *c) {
-    PyObject *t = PyTuple_New(o->nslot);
-    for (int s = 0; t && s < o->nslot; s++) PyTuple_SetItem(t, s, c->bound[s] ? PyLong_FromLongLong(c->env[s]) : Py_NewRef(Py_None));
+    PyObject *t = PyTuple_New(o->p.nslot);
+    for (int s = 0; t && s < o->p.nslot; s++) PyTuple_SetItem(t, s, c->bound[s] ? PyLong_FromLongLong(c->env[s]) : Py_NewRef(Py_None));
     return t;
 }
 
@@ -431,22 +288,22 @@ static int refuse(Op *o, Call *c, int code, int index, int64_t detail, PyObject 
 static int bind_args(Op *o, PyObject *args, PyObject *kw, Call *c) {
     PyObject *k, *val;
     Py_ssize_t pos = 0, n = PyTuple_Size(args);
-    memset(c->a, 0, sizeof(PyObject *) * (o->nt + o->ns)), memset(c->owned, 0, sizeof(PyObject *) * o->nt), memset(c->bound, 0, o->nslot);
+    memset(c->a, 0, sizeof(PyObject *) * (o->p.nt + o->p.ns)), memset(c->owned, 0, sizeof(PyObject *) * o->p.nt), memset(c->bound, 0, o->p.nslot);
     c->dev = -2, c->late = 0;
-    if (n > o->nuser) return refuse(o, c, E_NARGS, -1, n, NULL);
-    for (Py_ssize_t i = 0; i < n; i++) c->a[o->user[i]] = PyTuple_GetItem(args, i);
+    if (n > o->p.nuser) return refuse(o, c, E_NARGS, -1, n, NULL);
+    for (Py_ssize_t i = 0; i < n; i++) c->a[o->p.user[i]] = PyTuple_GetItem(args, i);
     while (kw && PyDict_Next(kw, &pos, &k, &val)) {
         int j = -1;
-        for (int u = 0; u < o->nuser && j < 0; u++)
+        for (int u = 0; u < o->p.nuser && j < 0; u++)
             if (PyTuple_GetItem(o->names, u) == k || (PyUnicode_Check(k) && !PyUnicode_Compare(PyTuple_GetItem(o->names, u), k))) j = u;
         if (j < 0) return refuse(o, c, E_KWARG, -1, 0, k);
-        if (c->a[o->user[j]]) return refuse(o, c, E_TWICE, o->user[j], 0, NULL);
-        c->a[o->user[j]] = val;
+        if (c->a[o->p.user[j]]) return refuse(o, c, E_TWICE, o->p.user[j], 0, NULL);
+        c->a[o->p.user[j]] = val;
     }
-    for (int s = 0; s < o->ns; s++)
-        if (!c->a[o->nt + s] && (c->a[o->nt + s] = PyTuple_GetItem(o->defaults, s)) == Py_None) return refuse(o, c, E_MISSING, o->nt + s, 0, NULL);
-    for (int i = 0; i < o->nt; i++) {
-        if ((o->t[i].role == ROLE_INPUT || o->t[i].role == ROLE_INPLACE) && !o->t[i].optional && (!c->a[i] || c->a[i] == Py_None))
+    for (int s = 0; s < o->p.ns; s++)
+        if (!c->a[o->p.nt + s] && (c->a[o->p.nt + s] = PyTuple_GetItem(o->defaults, s)) == Py_None) return refuse(o, c, E_MISSING, o->p.nt + s, 0, NULL);
+    for (int i = 0; i < o->p.nt; i++) {
+        if ((o->p.t[i].role == ROLE_INPUT || o->p.t[i].role == ROLE_INPLACE) && !o->p.t[i].optional && (!c->a[i] || c->a[i] == Py_None))
             return refuse(o, c, c->a[i] ? E_REQUIRED : E_MISSING, i, 0, NULL);
         if (c->a[i] == Py_None) c->a[i] = NULL;
     }
@@ -465,8 +322,8 @@ static int shim_read(PyObject *x, TArg *a) {
         impl = cd ? PyLong_AsVoidPtr(cd) : NULL;
         Py_XDECREF(cd);
     }
-    if (!impl || g_shim.dim(h, &dim) || dim > MAXRANK || g_shim.devtype(h, &devt) || (devt != g_shim.cpu && devt != g_shim.cuda) ||
-        g_shim.sizes(h, &sz) || g_shim.strides(h, &st) || g_shim.dtype(h, &dt) || g_shim.devidx(h, &devi) || g_shim.data_ptr(h, &ptr))
+    if (!impl || g_shim.fn.dim(h, &dim) || dim > MAXRANK || g_shim.fn.devtype(h, &devt) || (devt != g_shim.cpu && devt != g_shim.cuda) ||
+        g_shim.fn.sizes(h, &sz) || g_shim.fn.strides(h, &st) || g_shim.fn.dtype(h, &dt) || g_shim.fn.devidx(h, &devi) || g_shim.fn.data_ptr(h, &ptr))
         return PyErr_Clear(), 0;
     a->dtype = -1;
     for (int d = 0; d < NDTYPES; d++) a->dtype = g_shim.scalar_type[d] == dt ? d : a->dtype;
@@ -480,31 +337,28 @@ static int shim_read(PyObject *x, TArg *a) {
 
 static int read_tensor(Op *o, Call *c, int i, PyObject *x, TArg *a) {
     if (shim_read(x, a)) return 0;
-    PyObject *d = PyObject_CallFunctionObjArgs(g_describe, x, NULL), *sz, *st; /* tkreg.native.describe */
-    int code = !d ? -1 : d == Py_None ? E_NOT_TENSOR : PyTuple_Size(d) == 1 ? E_DTYPE_UNKNOWN : 0;
-    if (!code && !PyArg_ParseTuple(d, "iO!O!iKi", &a->dtype, &PyTuple_Type, &sz, &PyTuple_Type, &st, &a->contiguous, &a->ptr, &a->dev)) code = -1;
-    if (!code && (a->rank = (int)PyTuple_Size(sz)) > MAXRANK) code = -1, PyErr_Format(PyExc_ValueError, "rank %d exceeds %d", a->rank, MAXRANK);
-    for (int r = 0; !code && r < a->rank; r++) a->shape[r] = PyLong_AsLongLong(PyTuple_GetItem(sz, r)), a->stride[r] = PyLong_AsLongLong(PyTuple_GetItem(st, r));
+    PyObject *d = PyObject_CallFunctionObjArgs(g_describe, x, NULL); /* the facts, or why there are none */
+    int code = !d ? -1 : PyLong_Check(d) ? (int)PyLong_AsLong(d) : take(d, NFACTS, FACTS(a)) ? 0 : -1;
     Py_XDECREF(d);
-    return code > 0 ? refuse(o, c, code, i, 0, NULL) : code || PyErr_Occurred() ? -1 : 0;
+    return code > 0 ? refuse(o, c, code, i, 0, NULL) : code;
 }
 
 static int expected_dtype(Op *o, Call *c, int i) {
-    TSig *t = &o->t[i];
+    TSig *t = &o->p.t[i];
     return c->t[i].obj ? c->t[i].dtype : t->dmode == DT_FIXED ? t->darg : t->dmode == DT_SAME && c->t[t->darg].obj ? c->t[t->darg].dtype : -1;
 }
 
 /* A program's value, or a refusal naming argument i (detail r) when it cannot be evaluated. */
-static int eval_or_refuse(Op *o, Call *c, Prog p, int i, int r, int64_t *out) {
-    int rc = prog_eval(p, c->env, c->bound, out);
+static int eval_or_refuse(Op *o, Call *c, const int64_t *code, Prog p, int i, int r, int64_t *out) {
+    int rc = prog_eval(code, p, c->env, c->bound, out);
     return rc ? refuse(o, c, rc == -1 ? E_UNBOUND : E_EVAL, i, r, NULL) : 0;
 }
 
 static int check_dims(Op *o, Call *c, int i) {
     int64_t want;
-    for (int r = 0; r < o->t[i].rank; r++) {
-        int rc = prog_eval(o->t[i].dims[r], c->env, c->bound, &want);
-        if (rc == -1 && o->t[i].role == ROLE_OUTPUT) { c->late = 1; continue; } /* uses a variant parameter */
+    for (int r = 0; r < o->p.t[i].rank; r++) {
+        int rc = prog_eval(o->code, o->p.t[i].dims[r], c->env, c->bound, &want);
+        if (rc == -1 && o->p.t[i].role == ROLE_OUTPUT) { c->late = 1; continue; } /* uses a variant parameter */
         if (rc) return refuse(o, c, rc == -1 ? E_UNBOUND : E_EVAL, i, r, NULL);
         if (c->t[i].shape[r] != want) return refuse(o, c, E_SHAPE, i, r, NULL);
     }
@@ -513,56 +367,54 @@ static int check_dims(Op *o, Call *c, int i) {
 
 /* Everything that can be checked without the GPU, in the order a user wants to hear it. */
 static int validate(Op *o, Call *c) {
-    for (int i = 0; i < o->nt; i++) {
-        c->t[i].obj = NULL;
+    for (int i = 0; i < o->p.nt; i++) {
         if (c->a[i] && read_tensor(o, c, i, c->a[i], &c->t[i])) return -1;
         c->t[i].obj = c->a[i];
     }
-    for (int s = 0; s < o->ns; s++) {
-        PyObject *x = c->a[o->nt + s];
+    for (int s = 0; s < o->p.ns; s++) {
+        PyObject *x = c->a[o->p.nt + s];
         Slot *v = &c->scal[s];
-        int t = o->stype[s], b = 0;
+        int t = o->p.stype[s], b = 0;
         v->i64 = 0;
         if (t == T_FLOAT64) v->f64 = PyFloat_AsDouble(x);
         else if (t == T_FLOAT32) v->f32 = (float)PyFloat_AsDouble(x);
         else if (t == T_BOOL) v->b = (b = PyObject_IsTrue(x)) > 0;
         else v->i64 = PyLong_AsLongLong(x);
-        if (PyErr_Occurred() || b < 0 || (t == T_INT32 && v->i64 != (int32_t)v->i64)) return PyErr_Clear(), refuse(o, c, E_SCALAR, o->nt + s, 0, NULL);
+        if (PyErr_Occurred() || b < 0 || (t == T_INT32 && v->i64 != (int32_t)v->i64)) return PyErr_Clear(), refuse(o, c, E_SCALAR, o->p.nt + s, 0, NULL);
         if (t == T_INT32) v->i32 = (int32_t)v->i64;
     }
-    for (int i = 0; i < o->nt; i++) {
-        TSig *t = &o->t[i];
+    for (int i = 0; i < o->p.nt; i++) {
+        TSig *t = &o->p.t[i];
         TArg *a = &c->t[i];
         if (a->obj && (t->dmode == DT_SET ? !((t->darg >> a->dtype) & 1) : t->dmode == DT_FIXED ? a->dtype != t->darg
                        : c->t[t->darg].obj && a->dtype != c->t[t->darg].dtype))
             return refuse(o, c, E_DTYPE, i, 0, NULL);
+        if (a->obj && a->rank != t->rank) return refuse(o, c, E_RANK, i, 0, NULL);
     }
-    for (int i = 0; i < o->nt; i++)
-        if (c->t[i].obj && c->t[i].rank != o->t[i].rank) return refuse(o, c, E_RANK, i, 0, NULL);
-    for (int k = 0; k < o->nbind; k++) {
-        Bind *b = &o->bind[k];
+    for (int k = 0; k < o->p.nbind; k++) {
+        Bind *b = &o->p.bind[k];
         TArg *a = &c->t[b->a];
         if (c->bound[b->slot] || ((b->kind == S_DIM || b->kind == S_STRIDE) && !a->obj)) continue;
         c->env[b->slot] = b->kind == S_DIM ? a->shape[b->b] / b->div : b->kind == S_STRIDE ? a->stride[b->b] : b->kind == S_PRESENT ? a->obj != NULL
-                          : o->stype[b->a] == T_INT32 ? c->scal[b->a].i32 : o->stype[b->a] == T_BOOL ? c->scal[b->a].b : c->scal[b->a].i64;
+                          : o->p.stype[b->a] == T_INT32 ? c->scal[b->a].i32 : o->p.stype[b->a] == T_BOOL ? c->scal[b->a].b : c->scal[b->a].i64;
         c->bound[b->slot] = 1;
-        if (b->kind == S_DIM && !o->index64 && c->env[b->slot] > INT32_MAX) return refuse(o, c, E_SIZE32, b->a, c->env[b->slot], NULL);
+        if (b->kind == S_DIM && !o->p.index64 && c->env[b->slot] > INT32_MAX) return refuse(o, c, E_SIZE32, b->a, c->env[b->slot], NULL);
     }
-    for (int i = 0; i < o->nt; i++) {
+    for (int i = 0; i < o->p.nt; i++) {
         TArg *a = &c->t[i];
         int64_t numel = 1, want;
         if (!a->obj) continue;
         if (check_dims(o, c, i)) return -1;
         for (int r = 0; r < a->rank; r++) numel *= a->shape[r];
-        for (int r = 0; r < a->rank && o->t[i].strided && numel > 0; r++) {
-            if (a->shape[r] != 1 && eval_or_refuse(o, c, o->t[i].strides[r], i, r, &want)) return -1;
+        for (int r = 0; r < a->rank && o->p.t[i].strided && numel > 0; r++) {
+            if (a->shape[r] != 1 && eval_or_refuse(o, c, o->code, o->p.t[i].strides[r], i, r, &want)) return -1;
             if (a->shape[r] != 1 && a->stride[r] != want) return refuse(o, c, E_STRIDE, i, r, NULL);
         }
-        if (!o->t[i].strided && !a->contiguous) return refuse(o, c, E_CONTIGUOUS, i, 0, NULL);
+        if (!o->p.t[i].strided && !a->contiguous) return refuse(o, c, E_CONTIGUOUS, i, 0, NULL);
         if (numel > 0 && a->ptr % 16) return refuse(o, c, E_ALIGN, i, (int64_t)(a->ptr % 16), NULL);
-        if (!o->index64 && numel > INT32_MAX) return refuse(o, c, E_NUMEL32, i, numel, NULL);
+        if (!o->p.index64 && numel > INT32_MAX) return refuse(o, c, E_NUMEL32, i, numel, NULL);
     }
-    for (int i = 0; i < o->nt; i++) { /* one device, checked last so CPU tensors exercise every check above */
+    for (int i = 0; i < o->p.nt; i++) { /* one device, checked last so CPU tensors exercise every check above */
         if (c->t[i].obj && c->dev != -2 && c->t[i].dev != c->dev) return refuse(o, c, E_DEVICE, i, c->dev, NULL);
         if (c->t[i].obj) c->dev = c->t[i].dev;
     }
@@ -574,11 +426,11 @@ static int validate(Op *o, Call *c) {
 static int needs_autograd(Op *o, Call *c) {
     PyObject *r = NULL;
     int on = 0, yes = 0;
-    if (g_shim.ok && g_shim.grad_on) on = g_shim.grad_on();
+    if (g_shim.ok && g_shim.fn.grad_on) on = g_shim.fn.grad_on();
     else if ((r = PyObject_CallObject(g_grad_on, NULL))) on = r == Py_True, Py_DECREF(r);
     else PyErr_Clear();
-    for (int i = 0; on && !yes && i < o->nt; i++) {
-        if (!c->t[i].obj || (o->t[i].role != ROLE_INPUT && o->t[i].role != ROLE_INPLACE)) continue;
+    for (int i = 0; on && !yes && i < o->p.nt; i++) {
+        if (!c->t[i].obj || (o->p.t[i].role != ROLE_INPUT && o->p.t[i].role != ROLE_INPLACE)) continue;
         if (!(r = PyObject_GetAttr(c->t[i].obj, s_requires_grad))) return -1;
         yes = r == Py_True;
         Py_DECREF(r);
@@ -588,33 +440,28 @@ static int needs_autograd(Op *o, Call *c) {
 
 /* The variants for the call's device (cached), or Py_None when the fallback runs.  Borrowed. */
 static PyObject *device_table(Op *o, int dev) {
-    int slot = dev < 0 ? 0 : dev + 1, fits = 1;
+    int slot = dev < 0 ? 0 : dev + 1;
     if (o->dev_table[slot]) return o->dev_table[slot];
     PyObject *got = PyObject_CallFunction(o->hook[H_RESOLVE], "i", dev), *t; /* Python: the GIL may drop here */
     if (!got || got == Py_None) return Py_XDECREF(got), got ? Py_None : NULL; /* fallback: asked again next call */
     if (!PyArg_ParseTuple(got, "O!L", &PyTuple_Type, &t, &g_sm[slot])) return Py_DECREF(got), NULL;
-    for (Py_ssize_t i = 0; i < PyTuple_Size(t); i++) { /* assemble.py built both from one spec: a cheap guard */
-        Variant *v = (Variant *)PyTuple_GetItem(t, i);
-        fits &= Py_TYPE(v) == (PyTypeObject *)g_VariantType && v->nt == o->nt && v->ns == o->ns && v->nslot == o->nslot;
-    }
-    if (!fits) PyErr_Format(g_PackError, "%U: a variant's plan does not match the op's signature", o->name);
-    else if (!o->dev_table[slot]) o->dev_table[slot] = Py_NewRef(t); /* unless another thread resolved it meanwhile */
+    if (!o->dev_table[slot]) o->dev_table[slot] = Py_NewRef(t); /* unless another thread resolved it meanwhile */
     Py_DECREF(got);
-    return fits ? o->dev_table[slot] : NULL;
+    return o->dev_table[slot];
 }
 
 /* R_ACCEPTED, or why v passes over the call (*idx: the tensor or constraint). */
 static int accepts(Op *o, Variant *v, Call *c, int *idx) {
     int64_t r;
-    for (int i = 0; i < o->nt; i++) {
+    for (int i = 0; i < o->p.nt; i++) {
         int d = expected_dtype(o, c, i);
-        if (v->dtypes[i] >= 0 && d >= 0 && d != v->dtypes[i]) return *idx = i, R_DTYPE;
+        if (v->p.dtypes[i] >= 0 && d >= 0 && d != v->p.dtypes[i]) return *idx = i, R_DTYPE;
     }
-    for (int k = 0; k < v->ntma; k++)
-        if (!c->t[v->tma[k].tensor].obj && (o->t[v->tma[k].tensor].role == ROLE_INPUT || o->t[v->tma[k].tensor].role == ROLE_INPLACE))
-            return *idx = v->tma[k].tensor, R_ABSENT;
-    for (int k = 0; k < v->ncons; k++)
-        if (prog_eval(v->cons[k], c->env, c->bound, &r) || !r) return *idx = k, R_RULE;
+    for (int k = 0; k < v->p.ntma; k++)
+        if (!c->t[v->p.tma[k].tensor].obj && (o->p.t[v->p.tma[k].tensor].role == ROLE_INPUT || o->p.t[v->p.tma[k].tensor].role == ROLE_INPLACE))
+            return *idx = v->p.tma[k].tensor, R_ABSENT;
+    for (int k = 0; k < v->p.ncons; k++)
+        if (prog_eval(v->code, v->p.cons[k], c->env, c->bound, &r) || !r) return *idx = k, R_RULE;
     return R_ACCEPTED;
 }
 
@@ -630,14 +477,14 @@ static PyObject *reject_rows(Op *o, PyObject *table, Call *c) {
 
 static int select_variant(Op *o, PyObject *table, Call *c) {
     int dt[MAXT], idx;
-    for (int i = 0; i < o->nt; i++) dt[i] = expected_dtype(o, c, i);
-    if (o->memo_idx >= 0 && o->memo_dev == c->dev && !memcmp(o->memo_dt, dt, sizeof(int) * o->nt) &&
-        !memcmp(o->memo_bound, c->bound, o->npre) && !memcmp(o->memo_env, c->env, sizeof(int64_t) * o->npre))
+    for (int i = 0; i < o->p.nt; i++) dt[i] = expected_dtype(o, c, i);
+    if (o->memo_idx >= 0 && o->memo_dev == c->dev && !memcmp(o->memo_dt, dt, sizeof(int) * o->p.nt) &&
+        !memcmp(o->memo_bound, c->bound, o->p.npre) && !memcmp(o->memo_env, c->env, sizeof(int64_t) * o->p.npre))
         return o->memo_idx;
     for (Py_ssize_t i = 0; i < PyTuple_Size(table); i++)
         if (accepts(o, (Variant *)PyTuple_GetItem(table, i), c, &idx) == R_ACCEPTED) {
             o->memo_dev = c->dev, o->memo_idx = (int)i;
-            memcpy(o->memo_dt, dt, sizeof(int) * o->nt), memcpy(o->memo_bound, c->bound, o->npre), memcpy(o->memo_env, c->env, sizeof(int64_t) * o->npre);
+            memcpy(o->memo_dt, dt, sizeof(int) * o->p.nt), memcpy(o->memo_bound, c->bound, o->p.npre), memcpy(o->memo_env, c->env, sizeof(int64_t) * o->p.npre);
             return (int)i;
         }
     return -1;
@@ -646,15 +493,15 @@ static int select_variant(Op *o, PyObject *table, Call *c) {
 /* Outputs the caller did not pass, and the scratch the variant uses: empty_like / new_empty of an
  * input where the spec allows (the cheapest allocations torch has), else torch.empty. */
 static int allocate(Op *o, Variant *v, Call *c) {
-    for (int i = 0; i < o->nt; i++) {
-        TSig *t = &o->t[i];
+    for (int i = 0; i < o->p.nt; i++) {
+        TSig *t = &o->p.t[i];
         TArg *a = &c->t[i];
-        if (a->obj || t->role == ROLE_INPUT || t->role == ROLE_INPLACE || (t->role == ROLE_SCRATCH && !((v->uses >> i) & 1))) continue;
-        int dt = expected_dtype(o, c, i) >= 0 ? expected_dtype(o, c, i) : v->dtypes[i];
+        if (a->obj || t->role == ROLE_INPUT || t->role == ROLE_INPLACE || (t->role == ROLE_SCRATCH && !((v->p.uses >> i) & 1))) continue;
+        int dt = expected_dtype(o, c, i) >= 0 ? expected_dtype(o, c, i) : v->p.dtypes[i];
         PyObject *x = NULL, *shape = NULL, *kw = NULL, *args = NULL;
         if (dt < 0) return refuse(o, c, E_OUT_DTYPE, i, 0, NULL);
         for (int r = 0; r < t->rank; r++)
-            if (eval_or_refuse(o, c, t->dims[r], i, r, &a->shape[r])) return -1;
+            if (eval_or_refuse(o, c, o->code, t->dims[r], i, r, &a->shape[r])) return -1;
         if (t->like >= 0 && c->t[t->like].obj) x = PyObject_CallFunctionObjArgs(g_empty_like, c->t[t->like].obj, NULL);
         else if (!(shape = PyTuple_New(t->rank))) return -1;
         for (int r = 0; shape && r < t->rank; r++) PyTuple_SetItem(shape, r, PyLong_FromLongLong(a->shape[r]));
@@ -676,7 +523,7 @@ static int launch(Op *o, Variant *v, Call *c) {
     CUresult r;
     void *sp;
     int rc = -1;
-    if (g_shim.ok && g_shim.stream && g_shim.stream(c->dev, &sp) == 0) stream = (CUstream)sp;
+    if (g_shim.ok && g_shim.fn.stream && g_shim.fn.stream(c->dev, &sp) == 0) stream = (CUstream)sp;
     else {
         PyObject *s = PyObject_CallFunction(g_get_stream, "i", c->dev);
         stream = s ? (CUstream)(uintptr_t)PyLong_AsUnsignedLongLong(s) : NULL;
@@ -685,21 +532,18 @@ static int launch(Op *o, Variant *v, Call *c) {
     }
     if (cuda_load() || ctx_enter(c->dev, &prev, o->name)) return -1;
     if (variant_load(v, c->dev, o->name)) goto out;
-    for (int i = 0; i < o->nt; i++) { /* zero-filled scratch, on the stream the kernels run on */
-        size_t bytes = o->t[i].zero && c->owned[i] ? ELEM_SIZE[c->t[i].dtype] : 0;
+    for (int i = 0; i < o->p.nt; i++) { /* zero-filled scratch, on the stream the kernels run on */
+        size_t bytes = o->p.t[i].zero && c->owned[i] ? ELEM_SIZE[c->t[i].dtype] : 0;
         for (int d = 0; d < c->t[i].rank && bytes; d++) bytes *= (size_t)c->t[i].shape[d];
-        if (bytes && (r = p_cuMemsetD8Async((CUdeviceptr)c->t[i].ptr, 0, bytes, stream))) {
-            cu_fail(r, o->name, v->key, "cuMemsetD8Async");
-            goto out;
-        }
+        if (bytes && (r = cu.cuMemsetD8Async((CUdeviceptr)c->t[i].ptr, 0, bytes, stream))) { cu_fail(r, o->name, v->key, "cuMemsetD8Async"); goto out; }
     }
-    for (int k = 0; k < v->nkern; k++) {
+    for (int k = 0; k < v->p.nkern; k++) {
         Kernel *K = &v->kern[k];
         int64_t g[3], smem, x;
         _Alignas(64) unsigned char buf[PBUF];
         void *pp[MAXP];
         for (int j = 0; j < 4; j++)
-            if (eval_or_refuse(o, c, j < 3 ? K->grid[j] : K->smem, -1, k, j < 3 ? &g[j] : &smem)) goto out;
+            if (eval_or_refuse(o, c, v->code, j < 3 ? K->grid[j] : K->smem, -1, k, j < 3 ? &g[j] : &smem)) goto out;
         if (g[0] <= 0 || g[1] <= 0 || g[2] <= 0) continue; /* empty problem (e.g. M = 0): nothing to launch */
         for (int j = 0; j < K->np; j++) {
             Param *P = &K->p[j];
@@ -712,61 +556,48 @@ static int launch(Op *o, Variant *v, Call *c) {
                 if (P->type == T_INT32 && x != x32) { refuse(o, c, E_PARAM32, -1, x, NULL); goto out; }
                 memcpy(dst, P->type == T_INT32 ? (void *)&x32 : (void *)&x, TYPE_SIZE[P->type]);
             } else {
-                Tma *t = &v->tma[P->index];
+                Tma *t = &v->p.tma[P->index];
                 uint64_t dims[5], strides[4];
                 for (int q = 0; q < t->rank * 2 - 1; q++) {
-                    if (eval_or_refuse(o, c, q < t->rank ? t->dims[q] : t->strides[q - t->rank], t->tensor, q, &x)) goto out;
+                    if (eval_or_refuse(o, c, v->code, q < t->rank ? t->dims[q] : t->strides[q - t->rank], t->tensor, q, &x)) goto out;
                     if (q < t->rank && x <= 0) { refuse(o, c, E_TMA_ZERO, t->tensor, q, NULL); goto out; }
                     if (q >= t->rank && x % 16) { refuse(o, c, E_TMA_STRIDE, t->tensor, x, NULL); goto out; }
                     *(q < t->rank ? &dims[q] : &strides[q - t->rank]) = (uint64_t)x;
                 }
-                if ((r = p_cuTensorMapEncodeTiled((CUtensorMap *)dst, t->dtype, t->rank, (void *)(uintptr_t)c->t[t->tensor].ptr, dims, strides,
+                if ((r = cu.cuTensorMapEncodeTiled((CUtensorMap *)dst, t->dtype, t->rank, (void *)(uintptr_t)c->t[t->tensor].ptr, dims, strides,
                                                   t->box, t->estr, t->il, t->sw, t->l2, t->oob))) { cu_fail(r, o->name, v->key, "cuTensorMapEncodeTiled"); goto out; }
             }
         }
         CUfunction f = v->fn[c->dev][k];
-        if (smem > 48 * 1024 && smem > v->smem_set[c->dev][k]) {
-            if ((r = p_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem))) {
-                cu_fail(r, o->name, v->key, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-                goto out;
-            }
+        if (smem > 48 * 1024 && smem > v->smem_set[c->dev][k]) { /* opt in to more than 48 KiB, once per size */
+            if ((r = cu.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem)))
+                { cu_fail(r, o->name, v->key, "cuFuncSetAttribute"); goto out; }
             v->smem_set[c->dev][k] = (int)smem;
         }
-        CUlaunchAttribute at[3];
-        unsigned na = 0;
-        if (K->cluster[0] * K->cluster[1] * K->cluster[2] > 1) {
-            at[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            at[na].value.clusterDim.x = K->cluster[0], at[na].value.clusterDim.y = K->cluster[1], at[na++].value.clusterDim.z = K->cluster[2];
-        }
-        if (K->coop) at[na].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE, at[na++].value.cooperative = 1;
-        if (K->pdl) at[na].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, at[na++].value.programmaticStreamSerializationAllowed = 1;
-        CUlaunchConfig cfg = {(unsigned)g[0], (unsigned)g[1], (unsigned)g[2], K->block[0], K->block[1], K->block[2], (unsigned)smem, stream, at, na};
-        if ((r = na ? p_cuLaunchKernelEx(&cfg, f, pp, NULL)
-                    : p_cuLaunchKernel(f, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, stream, pp, NULL))) {
-            cu_fail(r, o->name, v->key, na ? "cuLaunchKernelEx" : "cuLaunchKernel");
-            goto out;
-        }
+        CUlaunchAttribute at[3]; /* cluster dims, cooperative, PDL: assemble.py wrote them as the driver reads them */
+        memcpy(at, K->at, sizeof at);
+        CUlaunchConfig cfg = {(unsigned)g[0], (unsigned)g[1], (unsigned)g[2], K->block[0], K->block[1], K->block[2], (unsigned)smem, stream, at, (unsigned)K->na};
+        if ((r = K->na ? cu.cuLaunchKernelEx(&cfg, f, pp, NULL)
+                    : cu.cuLaunchKernel(f, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, stream, pp, NULL)))
+            { cu_fail(r, o->name, v->key, K->na ? "cuLaunchKernelEx" : "cuLaunchKernel"); goto out; }
     }
     rc = 0;
 out:
-    return ctx_exit(c->dev, prev, o->name) ? -1 : rc;
+    if (prev && prev != g_ctx[c->dev] && (r = cu.cuCtxSetCurrent(prev))) return cu_fail(r, o->name, NULL, "restoring the current context");
+    return rc;
 }
 
 /* The chosen variant's run: its parameters into the slots, late shape checks, allocation, launch. */
 static PyObject *run(Op *o, Variant *v, Call *c) {
     PyObject *res = NULL;
     int ok = 1;
-    for (int k = 0; k < v->nset; k++) c->env[v->set_slot[k]] = v->set_val[k], c->bound[v->set_slot[k]] = 1;
-    for (int i = 0; i < o->nt && c->late && ok; i++) ok = o->t[i].role != ROLE_OUTPUT || !c->t[i].obj || !check_dims(o, c, i);
+    for (int k = 0; k < v->p.nset; k++) c->env[v->p.set_slot[k]] = v->p.set_val[k], c->bound[v->p.set_slot[k]] = 1;
+    for (int i = 0; i < o->p.nt && c->late && ok; i++) ok = o->p.t[i].role != ROLE_OUTPUT || !c->t[i].obj || !check_dims(o, c, i);
     if (ok && !allocate(o, v, c) && !launch(o, v, c)) {
-        res = o->nout == 0 ? Py_NewRef(Py_None) : o->nout == 1 ? NULL : PyTuple_New(o->nout);
-        for (int i = 0, k = 0; i < o->nt; i++) {
-            if (o->t[i].role != ROLE_OUTPUT) continue;
-            if (o->nout == 1) res = Py_NewRef(c->t[i].obj);
-            else if (res) PyTuple_SetItem(res, k++, Py_NewRef(c->t[i].obj));
-        }
+        res = o->p.nout == 0 ? Py_NewRef(Py_None) : o->p.nout == 1 ? Py_NewRef(c->t[o->p.out[0]].obj) : PyTuple_New(o->p.nout);
+        for (int k = 0; o->p.nout > 1 && res && k < o->p.nout; k++) PyTuple_SetItem(res, k, Py_NewRef(c->t[o->p.out[k]].obj));
     }
-    for (int i = 0; i < o->nt; i++) Py_XDECREF(c->owned[i]);
+    for (int i = 0; i < o->p.nt; i++) Py_XDECREF(c->owned[i]);
     return res;
 }
 
@@ -776,7 +607,7 @@ static PyObject *dispatch(Op *o, PyObject *args, PyObject *kw, int mode, PyObjec
     if (bind_args(o, args, kw, &c) || validate(o, &c)) return NULL;
     int g = mode == CALL ? needs_autograd(o, &c) : 0;
     if (g < 0 || (!g && !table && !(table = device_table(o, c.dev)))) return NULL;
-    if (table != Py_None && o->sm_slot >= 0 && c.dev >= -1) c.env[o->sm_slot] = g_sm[c.dev + 1], c.bound[o->sm_slot] = c.dev >= 0;
+    if (table != Py_None && o->p.sm_slot >= 0 && c.dev >= -1) c.env[o->p.sm_slot] = g_sm[c.dev + 1], c.bound[o->p.sm_slot] = c.dev >= 0;
     int idx = !g && table != Py_None && mode != CHECK ? select_variant(o, table, &c) : -1;
     if (idx >= 0) return run(o, (Variant *)PyTuple_GetItem(table, idx), &c);
     if (!g && table != Py_None && !(rows = reject_rows(o, table, &c))) return NULL;
@@ -798,75 +629,67 @@ static PyObject *Op_check(PyObject *self, PyObject *a) {
     return dispatch((Op *)self, args, kw, CHECK, table);
 }
 
-static PyObject *Op_name(PyObject *self, void *closure) { return Py_NewRef(((Op *)self)->name); }
 static PyMethodDef Op_methods[] = {
     {"check", Op_check, METH_VARARGS, "check(args, kwargs, table=None) -> (device, bound, env, rows)"},
     {NULL}};
-static PyGetSetDef Op_getset[] = {{"name", Op_name, NULL, "qualified op name", NULL}, {NULL}};
 static PyType_Slot Op_slots[] = {
     {Py_tp_new, Op_new}, {Py_tp_dealloc, Op_dealloc}, {Py_tp_call, Op_call}, {Py_tp_methods, Op_methods},
-    {Py_tp_getset, Op_getset}, {Py_tp_doc, "One op: binding, validation, variant selection and launch."}, {0, NULL}};
+    {Py_tp_doc, "One op: binding, validation, variant selection and launch."}, {0, NULL}};
 static PyType_Spec Op_spec = {"tkreg._launcher.Op", sizeof(Op), 0, Py_TPFLAGS_DEFAULT, Op_slots};
 
 /* ---- module functions --------------------------------------------------------------------- */
 #define SET(var, val) do { PyObject *old_ = (PyObject *)(var); (var) = Py_NewRef(val); Py_XDECREF(old_); } while (0)
 /* init(dtypes, torch.empty, get_raw_stream, LaunchError, PackError,
- *      (describe, torch.empty_like, Tensor.new_empty, torch.is_grad_enabled)) */
+ *      (describe, torch.empty_like, Tensor.new_empty, torch.is_grad_enabled, driver, failure)) */
 static PyObject *m_init(PyObject *m, PyObject *args) {
     PyObject *dtypes, *empty, *get_stream, *le, *pe, *fns;
+    PyObject **dst[] = {&g_describe, &g_empty_like, &g_new_empty, &g_grad_on, &g_driver, &g_fail};
     if (!PyArg_ParseTuple(args, "O!OOOOO!:init", &PyTuple_Type, &dtypes, &empty, &get_stream, &le, &pe, &PyTuple_Type, &fns)) return NULL;
-    if (PyTuple_Size(fns) != 4 || PyTuple_Size(dtypes) != NDTYPES) return PyErr_Format(PyExc_ValueError, "init: bad arguments");
+    if (PyTuple_Size(fns) != 6 || PyTuple_Size(dtypes) != NDTYPES) return PyErr_Format(PyExc_ValueError, "init: bad arguments");
     for (int i = 0; i < NDTYPES; i++) SET(g_dtypes[i], PyTuple_GetItem(dtypes, i));
+    for (int i = 0; i < 6; i++) SET(*dst[i], PyTuple_GetItem(fns, i));
     SET(g_empty, empty); SET(g_get_stream, get_stream); SET(g_LaunchError, le); SET(g_PackError, pe);
-    SET(g_describe, PyTuple_GetItem(fns, 0)); SET(g_empty_like, PyTuple_GetItem(fns, 1));
-    SET(g_new_empty, PyTuple_GetItem(fns, 2)); SET(g_grad_on, PyTuple_GetItem(fns, 3));
     Py_RETURN_NONE;
 }
 
-/* set_shim(None) turns the shim off; set_shim(addresses of the 9 aoti_torch_* functions, dtype codes,
- * cpu code, cuda code, (Tensor, Parameter), direct) turns it on. */
+/* set_shim(None) turns the shim off; set_shim(the 9 aoti_torch_* addresses packed as uint64, dtype
+ * codes, cpu code, cuda code, (Tensor, Parameter), direct) turns it on. */
 static PyObject *m_set_shim(PyObject *m, PyObject *args) {
     PyObject *fns, *codes, *types;
     int cpu, cuda, direct;
-    void **dst[] = {(void **)&g_shim.data_ptr, (void **)&g_shim.sizes, (void **)&g_shim.strides, (void **)&g_shim.dim, (void **)&g_shim.dtype,
-                    (void **)&g_shim.devtype, (void **)&g_shim.devidx, (void **)&g_shim.stream, (void **)&g_shim.grad_on};
     g_shim.ok = g_shim.direct = 0;
     if (PyTuple_Size(args) == 1 && PyTuple_GetItem(args, 0) == Py_None) Py_RETURN_NONE;
-    if (!PyArg_ParseTuple(args, "O!O!iiO!p:set_shim", &PyTuple_Type, &fns, &PyTuple_Type, &codes, &cpu, &cuda, &PyTuple_Type, &types, &direct)) return NULL;
-    if (PyTuple_Size(fns) != 9 || PyTuple_Size(codes) != NDTYPES || PyTuple_Size(types) != 2) return PyErr_Format(PyExc_ValueError, "set_shim: bad arguments");
-    for (int i = 0; i < 9; i++) *dst[i] = PyLong_AsVoidPtr(PyTuple_GetItem(fns, i));
+    if (!PyArg_ParseTuple(args, "O!O!iiO!p:set_shim", &PyBytes_Type, &fns, &PyTuple_Type, &codes, &cpu, &cuda, &PyTuple_Type, &types, &direct)) return NULL;
+    if (PyTuple_Size(codes) != NDTYPES || PyTuple_Size(types) != 2) return PyErr_Format(PyExc_ValueError, "set_shim: bad arguments");
     for (int d = 0; d < NDTYPES; d++) g_shim.scalar_type[d] = (int32_t)PyLong_AsLong(PyTuple_GetItem(codes, d));
     for (int k = 0; k < 2; k++) SET(g_shim.types[k], PyTuple_GetItem(types, k));
     g_shim.cpu = cpu, g_shim.cuda = cuda, g_shim.direct = direct;
-    g_shim.ok = !PyErr_Occurred() && g_shim.data_ptr && g_shim.sizes && g_shim.strides && g_shim.dim && g_shim.dtype && g_shim.devtype && g_shim.devidx;
+    g_shim.ok = take(fns, sizeof g_shim.fn, &g_shim.fn) && !PyErr_Occurred();
     return PyErr_Occurred() ? NULL : PyBool_FromLong(g_shim.ok);
 }
 
-/* shim_probe(t) -> (shape, strides, contiguous, data_ptr, dtype code, device) as the shim reads them, or None */
+/* shim_probe(t) -> the facts as the shim reads them, packed as describe(t) packs them; or None */
 static PyObject *m_shim_probe(PyObject *m, PyObject *x) {
-    TArg a;
-    if (!shim_read(x, &a)) Py_RETURN_NONE;
-    PyObject *shape = PyTuple_New(a.rank), *st = PyTuple_New(a.rank);
-    for (int r = 0; shape && st && r < a.rank; r++) PyTuple_SetItem(shape, r, PyLong_FromLongLong(a.shape[r])), PyTuple_SetItem(st, r, PyLong_FromLongLong(a.stride[r]));
-    return shape && st ? Py_BuildValue("(NNiKii)", shape, st, a.contiguous, a.ptr, a.dtype, a.dev) : (Py_XDECREF(shape), Py_XDECREF(st), NULL);
+    TArg a = {0};
+    return shim_read(x, &a) ? PyBytes_FromStringAndSize(FACTS(&a), NFACTS) : Py_NewRef(Py_None);
 }
 
 static PyObject *m_modules_loaded(PyObject *m, PyObject *noargs) { return PyLong_FromLong(g_modules); }
 
 static PyMethodDef methods[] = {
-    {"init", m_init, METH_VARARGS, "init(dtypes, torch.empty, get_raw_stream, LaunchError, PackError, (describe, empty_like, new_empty, is_grad_enabled))"},
-    {"set_shim", m_set_shim, METH_VARARGS, "set_shim(function addresses, dtype codes, cpu, cuda, (Tensor, Parameter), direct) -> bool; set_shim(None): off"},
-    {"shim_probe", m_shim_probe, METH_O, "what the fast path reads from a tensor (for the self-check)"},
+    {"init", m_init, METH_VARARGS, "init(dtypes, torch.empty, get_raw_stream, LaunchError, PackError, (Python hooks))"},
+    {"set_shim", m_set_shim, METH_VARARGS, "set_shim(function pointers, dtype codes, cpu, cuda, (Tensor, Parameter), direct) -> bool; set_shim(None): off"},
+    {"shim_probe", m_shim_probe, METH_O, "what the fast path reads from a tensor, as describe packs it (the self-check)"},
     {"modules_loaded", m_modules_loaded, METH_NOARGS, "how many cubin modules this process loaded"},
     {NULL}};
 
 static int exec_module(PyObject *m) {
     PyObject *vt = PyType_FromSpec(&Variant_spec), *ot = PyType_FromSpec(&Op_spec);
     g_LaunchError = Py_NewRef(PyExc_RuntimeError), g_PackError = Py_NewRef(PyExc_ValueError); /* until init */
+    g_driver = Py_NewRef(Py_None), g_fail = Py_NewRef(Py_None);
     s_requires_grad = PyUnicode_InternFromString("requires_grad"), g_shim.cdata = PyUnicode_InternFromString("_cdata");
     if (!vt || !ot || !s_requires_grad || !g_shim.cdata) return -1;
-    g_VariantType = Py_NewRef(vt);
-    return PyModule_AddObject(m, "Variant", vt) || PyModule_AddObject(m, "Op", ot) ? -1 : 0;
+    return PyModule_AddObject(m, "Variant", vt) || PyModule_AddObject(m, "Op", ot) || PyModule_AddStringConstant(m, "DRIVER_FUNCS", TKREG_CU_FUNCS(NAME_FN)) ? -1 : 0;
 }
 
 static PyModuleDef_Slot slots[] = {{Py_mod_exec, exec_module}, {0, NULL}};

@@ -16,8 +16,8 @@ import warnings
 from array import array
 
 from . import env
-from .errors import LaunchError, PackError
 from .codes import ERRORS, LIMITS
+from .errors import LaunchError, PackError
 from .spec import DTYPES
 
 SHIM_STATE = {"active": False, "why": "not initialised"}
@@ -61,9 +61,9 @@ def describe(x):
         return ERRORS["not_tensor"]
     if dtype not in _CODE:
         return ERRORS["dtype_unknown"]
-    shape, pad = tuple(x.shape), (0,) * (LIMITS["MAXRANK"] - x.dim())
     if x.dim() > LIMITS["MAXRANK"]:
         return ERRORS["rank"]
+    shape, pad = tuple(x.shape), (0,) * (LIMITS["MAXRANK"] - x.dim())
     return array("q", (_CODE[dtype], len(shape), x.get_device(), int(x.is_contiguous()), *shape, *pad,
                        *x.stride(), *pad, x.data_ptr())).tobytes()
 

@@ -71,3 +71,15 @@ def test_validation_is_the_same_on_the_attribute_path(attribute_path, monkeypatc
     for args, err, msg in cases:
         with pytest.raises(err, match=msg):
             tkreg.ops.rms_norm(*args)
+
+
+def test_more_dims_than_the_launcher_holds_is_a_rank_refusal():
+    """The shim declines a tensor of more than MAXRANK dims; describe reports it as the rank
+    refusal, so the user hears the op's rank, not an internal limit."""
+    import tkreg
+    from tkreg.codes import ERRORS, LIMITS
+    launcher()
+    x = torch.zeros((1,) * (LIMITS["MAXRANK"] + 1), dtype=torch.bfloat16)
+    assert launcher().shim_probe(x) is None and describe(x) == ERRORS["rank"]
+    with pytest.raises(ValueError, match=r"tkreg.rms_norm: argument `x` must have 2 dims"):
+        tkreg.ops.rms_norm(x, torch.zeros(1, dtype=torch.bfloat16))

@@ -1,50 +1,137 @@
-"""bf16 GEMM: out[M, N] = a[M, K] @ b[N, K]^T, fp32 accumulation; M, N, K all symbolic.
+"""bf16/fp16 GEMM: out[M, N] = a[M, K] @ b[N, K]^T (+ bias[N]), fp32 accumulation, rounded once.
 
-TMA loads (zero-filled out of bounds, so any M, N, K work), a pipelined K loop and a swizzled
-block order, after tilelang's Hopper GEMM example.  TMA needs 16-byte row strides: K and N must
-be multiples of 8.  Decode sizes (M <= 64) get a smaller tile.
+M, N, K are run-time sizes.  Every variant loads tiles with TMA (zero-filled out of bounds, so any
+M, N, K work; TMA needs 16-byte row strides, so K and N must be multiples of 8) into a pipelined
+WGMMA K loop that tilelang warp-specializes (it adds a producer warpgroup), after tilelang's
+Hopper GEMM example.  Shape classes (`CLASSES`, measured on the H200 beside cuBLAS, see
+BENCHMARKS.md; `tkreg.explain` shows which one a call gets):
+  decode M <= 32   swap-AB: the tile computes out^T = b @ a^T, so 64 weight rows fill WGMMA's M
+                   side and the 16 or 32 tokens its N side; 8 stages of 64x128 weight tiles keep
+                   ~128 KB in flight per SM.  Streams the weights at 88-95% of copy bandwidth
+                   (a 64-row token tile instead wastes TMA work on out-of-bounds rows: 60-80%).
+  decode M <= 64   64x64 tiles (64x256 when N >= 16384), 6 stages.
+  mid / large      the biggest tile whose grid still covers 3/4 of the SMs: 128x256 (4 stages),
+                   then 128x128x128, then 64x128x128, then 64x64.
+Split-K was measured too and lost to these at every decode shape (the reduce pass costs more than
+the extra CTAs give), so there is none.
+sm_100a gets tcgen05 + tensor-memory kernels instead (kernels_src/gemm_sm100.py: 128-row tiles,
+128x256 where the grid fills the SMs, else 128x128); compiled and SASS-checked, never run here.
 """
 from tkreg.spec import OpSpec, Tensor, Variant
 
+DTYPES = ("bfloat16", "float16")
+
 
 def gemm_kernel(block_M: int, block_N: int, block_K: int, stages: int, threads: int,
-                dtype: str = "bfloat16"):
+                swap_ab: bool = False, bias: bool = False, dtype: str = "bfloat16"):
     import tilelang.language as T
 
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
 
-    @T.prim_func
-    def gemm(a: T.Tensor((M, K), dtype), b: T.Tensor((N, K), dtype), out: T.Tensor((M, N), dtype)):
+    @T.macro
+    def body(a, b, bias_, out):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            m0, n0 = by * block_M, bx * block_N
             a_s = T.alloc_shared((block_M, block_K), dtype)
             b_s = T.alloc_shared((block_N, block_K), dtype)
-            acc = T.alloc_fragment((block_M, block_N), "float32")
-            c_s = T.alloc_shared((block_M, block_N), dtype)
-            T.use_swizzle(panel_size=10)
-            T.clear(acc)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
-                T.copy(a[by * block_M, k * block_K], a_s)
-                T.copy(b[bx * block_N, k * block_K], b_s)
-                T.gemm(a_s, b_s, acc, transpose_B=True)
-            T.copy(acc, c_s)
-            T.copy(c_s, out[by * block_M, bx * block_N])
+            if swap_ab:
+                acc = T.alloc_fragment((block_N, block_M), "float32")
+                T.clear(acc)
+                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
+                    T.copy(a[m0, k * block_K], a_s)
+                    T.copy(b[n0, k * block_K], b_s)
+                    T.gemm(b_s, a_s, acc, transpose_B=True)
+                for i, j in T.Parallel(block_N, block_M):
+                    if m0 + j < M and n0 + i < N:
+                        if bias:
+                            out[m0 + j, n0 + i] = T.cast(acc[i, j] + T.cast(bias_[n0 + i], "float32"), dtype)
+                        else:
+                            out[m0 + j, n0 + i] = T.cast(acc[i, j], dtype)
+            else:
+                c_s = T.alloc_shared((block_M, block_N), dtype)
+                acc = T.alloc_fragment((block_M, block_N), "float32")
+                T.use_swizzle(panel_size=10)
+                T.clear(acc)
+                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
+                    T.copy(a[m0, k * block_K], a_s)
+                    T.copy(b[n0, k * block_K], b_s)
+                    T.gemm(a_s, b_s, acc, transpose_B=True)
+                if bias:
+                    for i, j in T.Parallel(block_M, block_N):
+                        acc[i, j] += T.cast(bias_[T.min(n0 + j, N - 1)], "float32")
+                T.copy(acc, c_s)
+                T.copy(c_s, out[m0, n0])  # TMA store, clipped at the edges
 
+    A, B, O = T.Tensor((M, K), dtype), T.Tensor((N, K), dtype), T.Tensor((M, N), dtype)
+    if bias:
+        @T.prim_func
+        def gemm(a: A, b: B, bias: T.Tensor((N,), dtype), out: O):
+            body(a, b, bias, out)
+    else:
+        @T.prim_func
+        def gemm(a: A, b: B, out: O):
+            body(a, b, None, out)
     return gemm
+
+
+def gemm_factory(arch: str = "sm_90a", **params):
+    if arch == "sm_100a":
+        from .gemm_sm100 import gemm_tcgen05_kernel
+        return gemm_tcgen05_kernel(**params)
+    return gemm_kernel(**params)
+
+
+def _tiles(bm: int, bn: int) -> str:
+    return f"((M + {bm - 1}) // {bm}) * ((N + {bn - 1}) // {bn})"
+
+
+def _fills(bm: int, bn: int) -> str:
+    """Rule: a grid of bm x bn tiles covers at least 3/4 of the SMs."""
+    return f"4 * {_tiles(bm, bn)} >= 3 * SM_COUNT"
+
+
+# (name, tile params, rule, priority): higher priority is tried first; the last has no rule.
+CLASSES = (
+    ("decode-wide", dict(block_M=64, block_N=256, block_K=64, stages=4, threads=256),
+     "M <= 64 and N >= 16384", 70),
+    ("decode-16", dict(block_M=16, block_N=64, block_K=128, stages=8, threads=128, swap_ab=True),
+     "M <= 16", 60),
+    ("decode-32", dict(block_M=32, block_N=64, block_K=128, stages=8, threads=128, swap_ab=True),
+     "M <= 32", 50),
+    ("large", dict(block_M=128, block_N=256, block_K=64, stages=4, threads=256), _fills(128, 256), 30),
+    ("mid-128", dict(block_M=128, block_N=128, block_K=128, stages=3, threads=256), _fills(128, 128), 20),
+    ("mid-64", dict(block_M=64, block_N=128, block_K=128, stages=4, threads=128), _fills(64, 128), 10),
+    ("small", dict(block_M=64, block_N=64, block_K=128, stages=6, threads=128), None, 0),
+)
+SM100_CLASSES = (
+    ("large", dict(block_M=128, block_N=256, block_K=64, stages=4, threads=128), _fills(128, 256), 30),
+    ("small", dict(block_M=128, block_N=128, block_K=64, stages=4, threads=128), None, 0),
+)
+
+
+def shape_variants(classes, arch: str, dtypes=DTYPES, bias=(False, True)) -> tuple:
+    """One variant per (class, dtype, bias or not) for `arch`; the bias ones are picked by `has_bias`."""
+    out = []
+    for _name, params, rule, priority in classes:
+        for dtype in dtypes:
+            for b in bias:
+                has = "has_bias" if b else "not has_bias"
+                out.append(Variant(dict(params, dtype=dtype, bias=b),
+                                   rule=f"{has} and ({rule})" if rule else has, priority=priority,
+                                   archs=(arch,)))
+    return tuple(out)
 
 
 SPECS = (
     OpSpec(
         name="tkreg.gemm",
-        doc="out[M, N] = a[M, K] @ b[N, K]^T (a Linear layer's weight layout)",
-        tensors=(Tensor("a", ("M", "K"), dtypes=("bfloat16",)),
+        doc="out[M, N] = a[M, K] @ b[N, K]^T (+ bias[N]) (a Linear layer), fp32 accumulation",
+        tensors=(Tensor("a", ("M", "K"), dtypes=DTYPES),
                  Tensor("b", ("N", "K"), dtype_of="a"),
+                 Tensor("bias", ("N",), dtype_of="a", optional=True),
                  Tensor("out", ("M", "N"), dtype_of="a", role="output")),
-        factory=gemm_kernel,
-        variants=(
-            Variant(dict(block_M=128, block_N=256, block_K=64, stages=3, threads=256)),
-            Variant(dict(block_M=64, block_N=128, block_K=64, stages=4, threads=128),
-                    rule="M <= 64", priority=10),
-        ),
+        factory=gemm_factory,
+        variants=shape_variants(CLASSES, "sm_90a") + shape_variants(SM100_CLASSES, "sm_100a"),
         reference="tkreg.reference.gemm:gemm",
     ),
 )

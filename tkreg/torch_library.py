@@ -31,11 +31,16 @@ def schema_args(spec: OpSpec) -> list[str]:
 def schema(spec: OpSpec) -> str:
     """`rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor` from the spec."""
     args, alias = [], iter("abcdefghijklmnopqrstuvwxyz")
+    # An optional tensor defaults to None when nothing required follows it (as in the C binder).
+    later = [t for t in spec.tensors if t.is_input] + list(spec.scalars)
+    tail = {x.name for i, x in enumerate(later)
+            if all(getattr(y, "optional", False) or getattr(y, "default", None) is not None for y in later[i:])}
     for t in spec.tensors:
+        opt, dflt = ("?", "=None" if t.name in tail else "") if t.optional else ("", "")
         if t.role == "input":
-            args.append(f"Tensor{'?' if t.optional else ''} {t.name}")
+            args.append(f"Tensor{opt} {t.name}{dflt}")
         elif t.role == "inplace":
-            args.append(f"Tensor({next(alias)}!){'?' if t.optional else ''} {t.name}")
+            args.append(f"Tensor({next(alias)}!){opt} {t.name}{dflt}")
     for s in spec.scalars:
         default = "" if s.default is None else f"={_lit(s.default, s.type)}"
         args.append(f"{_TYPE[s.type]} {s.name}{default}")
@@ -95,7 +100,8 @@ def register(spec: OpSpec, op_of) -> bool:
             return op_of(name)(*args, **kwargs)
 
         def fake(*args, **kwargs):   # the dispatcher may leave out scalars at their default
-            kw = {s.name: s.default for s in spec.scalars} | dict(zip(names, args)) | kwargs
+            kw = ({s.name: s.default for s in spec.scalars} | {t.name: None for t in spec.tensors if t.optional}
+                  | dict(zip(names, args)) | kwargs)
             return fake_outputs(spec, kw)
 
         for key in ("CUDA", "CPU"):

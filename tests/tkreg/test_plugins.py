@@ -79,7 +79,7 @@ def ref_module(site: Site, tag: float) -> str:
     """A module whose `ref(a, b)` returns a tensor of `tag`: tells which plugin's op ran."""
     mod = f"tkfake_ref_{uuid.uuid4().hex[:8]}"
     (site.root / f"{mod}.py").write_text(
-        f"import torch\n\ndef ref(a, b):\n    return torch.full((a.shape[0], b.shape[0]), {tag})\n")
+        f"import torch\n\ndef ref(a, b, bias=None):\n    return torch.full((a.shape[0], b.shape[0]), {tag})\n")
     return f"{mod}:ref"
 
 
@@ -145,7 +145,7 @@ def test_plugin_loads_under_its_entry_point_name(site, tmp_path, monkeypatch, fo
     a, b = torch.randn(3, 64, dtype=BF16), torch.randn(5, 64, dtype=BF16)
     torch.testing.assert_close(tkreg.call("fake.mm", a, b), reference.gemm(a, b))
     torch.testing.assert_close(tkreg.call("alpha:fake.mm", a, b), reference.gemm(a, b))
-    assert "block_M=64" in tkreg.explain("alpha:fake.mm", a, b, arch="sm_90a").chosen
+    assert "swap_ab=true" in tkreg.explain("alpha:fake.mm", a, b, arch="sm_90a").chosen  # the decode class
 
 
 def test_plugins_load_lazily_once(site, tmp_path, monkeypatch):
@@ -182,7 +182,8 @@ def _wrong_arch(pack: Path):
     f = pack / "sm_90a" / manifest.FILENAME
     m = json.loads(f.read_text())
     v = m["ops"]["bad.mm"]["variants"][0]
-    data = (pack / "sm_100a" / v["cubin"]).read_bytes()
+    m100 = json.loads((pack / "sm_100a" / manifest.FILENAME).read_text())
+    data = (pack / "sm_100a" / m100["ops"]["bad.mm"]["variants"][0]["cubin"]).read_bytes()
     (pack / "sm_90a" / v["cubin"]).write_bytes(data)
     v["sha256"] = hashlib.sha256(data).hexdigest()
     manifest.dump_json(f, m)

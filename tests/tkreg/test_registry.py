@@ -32,14 +32,17 @@ def test_builtin_packs_hold_both_archs():
         assert ops[name]["archs"] == ["sm_100a", "sm_90a"], ops[name]
 
 
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
-def test_gemm_priority_picks_small_tile_for_decode(arch):
-    a, b = torch.empty(16, 256, dtype=BF16), torch.empty(512, 256, dtype=BF16)
-    e = tkreg.explain("gemm", a, b, arch=arch)
-    assert "block_M=64" in e.chosen
-    big = tkreg.explain("gemm", torch.empty(1000, 256, dtype=BF16), b, arch=arch)
-    assert "block_M=128" in big.chosen
-    assert any("needs M <= 64" in why for _, _, why in big.rows)
+@pytest.mark.parametrize("arch, mn, tile", [
+    ("sm_90a", (1, 1000), "swap_ab=true"), ("sm_90a", (1, 1000), "block_M=16,"), ("sm_90a", (32, 4096), "block_M=32,"),
+    ("sm_90a", (8, 16384), "block_N=256,"), ("sm_100a", (1, 1000), "block_M=128,block_N=128,")])
+def test_gemm_decode_classes(arch, mn, tile):
+    """Decode classes need no device facts; the SM-count ones are tested on the GPU."""
+    (m, n), k = mn, 256
+    e = tkreg.explain("gemm", torch.empty(m, k, dtype=BF16), torch.empty(n, k, dtype=BF16), arch=arch)
+    assert tile in e.chosen and "bias=false" in e.chosen, e
+    with_bias = tkreg.explain("gemm", torch.empty(m, k, dtype=FP16), torch.empty(n, k, dtype=FP16),
+                              torch.empty(n, dtype=FP16), arch=arch)
+    assert tile in with_bias.chosen and "bias=true" in with_bias.chosen and "float16" in with_bias.chosen
 
 
 @pytest.mark.parametrize("n", [1024, 4096, 7168])
@@ -113,7 +116,7 @@ def rms(x, w, **kw):
     (lambda: rms(None, torch.randn(1024, dtype=BF16)), TypeError, "`x` is required"),
     (lambda: rms(torch.randn(2, 1024, dtype=BF16), torch.randn(1024, dtype=BF16), out=torch.empty(3, 1024, dtype=BF16)), ValueError, "`out` has shape"),
     (lambda: rms(torch.randn(2, 1024, dtype=BF16), torch.randn(1024, dtype=BF16), out=torch.empty(2, 1024)), TypeError, "`out` has dtype"),
-    (lambda: tkreg.ops.gemm(torch.randn(4, 8, dtype=FP16), torch.randn(4, 8, dtype=FP16)), TypeError, "`a` has dtype torch.float16; expected torch.bfloat16"),
+    (lambda: tkreg.ops.gemm(torch.randn(4, 8), torch.randn(4, 8)), TypeError, "`a` has dtype torch.float32; expected torch.float16 or torch.bfloat16"),
     (lambda: tkreg.ops.gemm(torch.randn(4, 8, dtype=BF16), torch.randn(4, 16, dtype=BF16)), ValueError, r"`b` has shape \(4, 16\); expected \(4, 8\)"),
     (lambda: tkreg.call("tkreg.gemm", torch.randn(4, 8, dtype=BF16)), TypeError, "missing tensor `b`"),
     (lambda: tkreg.call("tkreg.rms_norm", torch.randn(4, 8, dtype=BF16), torch.randn(8, dtype=BF16), epsilon=1.0), TypeError, "unexpected argument"),
@@ -176,7 +179,8 @@ def test_elf_arch_mismatch_is_caught(tmp_path):
     p = _copy_pack(tmp_path)
     m90 = json.loads((p / "sm_90a" / "manifest.json").read_text())
     v = m90["ops"]["tkreg.gemm"]["variants"][0]
-    data = (p / "sm_100a" / v["cubin"]).read_bytes()  # an sm_100a cubin in the sm_90a folder
+    m100 = json.loads((p / "sm_100a" / "manifest.json").read_text())
+    data = (p / "sm_100a" / m100["ops"]["tkreg.gemm"]["variants"][0]["cubin"]).read_bytes()  # sm_100a code in sm_90a
     (p / "sm_90a" / v["cubin"]).write_bytes(data)
     import hashlib
     v["sha256"] = hashlib.sha256(data).hexdigest()
@@ -207,7 +211,7 @@ def test_duplicate_op_without_extends_keeps_the_builtin(tmp_path):
     with pytest.warns(RuntimeWarning, match="also defines tkreg.gemm"):
         r._add_pack(_copy_pack(tmp_path), "test:dup")
     assert r.entry("tkreg.gemm").owner == "tkreg (built-in)"
-    assert len(r.entry("tkreg.gemm").candidates("sm_90a")) == 2
+    assert len(r.entry("tkreg.gemm").candidates("sm_90a")) == 28
 
 
 def test_register_pack_adds_ops(tmp_path):

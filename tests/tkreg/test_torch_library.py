@@ -45,7 +45,7 @@ def test_compiling_first_registers_what_it_needs():
 
 def test_schemas_follow_the_specs():
     assert schema(RUNTIME.registry.entry("tkreg.rms_norm").spec) == "rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor"
-    assert schema(RUNTIME.registry.entry("tkreg.gemm").spec) == "gemm(Tensor a, Tensor b) -> Tensor"
+    assert schema(RUNTIME.registry.entry("tkreg.gemm").spec) == "gemm(Tensor a, Tensor b, Tensor? bias=None) -> Tensor"
     assert schema(RUNTIME.registry.entry("tkreg.fused_add_rms_norm").spec) == \
         "fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps=1e-06) -> ()"
     assert schema(RUNTIME.registry.entry("tkreg.rms_norm_backward").spec) == \

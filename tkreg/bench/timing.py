@@ -44,6 +44,28 @@ def gpu_ms(fn, arg_sets, reps=50, warmup=5) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in ev)
 
 
+def queued_ms(fn, arg_sets, reps=50, warmup=3) -> float:
+    """GPU time per call of fn(*args) with the calls queued behind a spin kernel (median of 3
+    runs of `reps`): what a stream of back-to-back calls costs on the GPU.  Events around one
+    call on an idle stream would also time the host's launch work (tens of µs on a slow VM),
+    which hides the difference between kernels of a few tens of µs."""
+    torch = need_torch()
+    for i in range(warmup):
+        fn(*arg_sets[i % len(arg_sets)])
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per = []
+    for _ in range(3):
+        torch.cuda._sleep(min(60_000 * reps, 40_000_000))   # ~30 µs of spin per queued call
+        s.record()
+        for i in range(reps):
+            fn(*arg_sets[i % len(arg_sets)])
+        e.record()
+        torch.cuda.synchronize()
+        per.append(s.elapsed_time(e) / reps)
+    return statistics.median(per)
+
+
 def host_us(fn, n=20000) -> float:
     """Wall time per call of a loop of n calls (tiny work: the host is the bottleneck)."""
     torch = need_torch()
@@ -92,11 +114,12 @@ def compiled(fn):
         return None
 
 
-def try_ms(fn, sets, **kw) -> float | None:
-    """A peer's gpu_ms, or None (with a note) when it fails, e.g. torch.compile unable to compile:
-    a broken peer must not end the benchmark."""
+def try_ms(fn, sets, timer=None, **kw) -> float | None:
+    """A peer's time (`timer`, default gpu_ms), or None (with a note) when it fails, e.g.
+    torch.compile unable to compile or a torch without that path: a broken peer must not end
+    the benchmark."""
     try:
-        return gpu_ms(fn, sets, **kw)
+        return (timer or gpu_ms)(fn, sets, **kw)
     except Exception as e:  # noqa: BLE001
         print(f"tkreg bench: peer skipped: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
         return None

@@ -1,0 +1,170 @@
+"""FP8 block-scaled GEMM (DeepSeek-V3 / DeepGEMM semantics):
+
+    out[M, N] = sum over 128-wide K blocks kb of  (a[:, kb] @ b[:, kb]^T) * a_scale[:, kb] * b_scale[n // 128, kb]
+
+a[M, K], b[N, K] e4m3; a_scale[M, ceil(K/128)] fp32 (1x128 activation groups), read through its
+strides so both tkreg's row-major scales and DeepGEMM's column-major TMA-aligned layout (the view
+`s.t()[:M]` the `_colmajor` quant ops return) work without a copy; power-of-two (UE8M0) scales
+are fp32 values like any other.  b_scale[ceil(N/128), ceil(K/128)] fp32 (128x128 weight blocks).
+Each 128-wide K block is one WGMMA chain into a fresh fp32 fragment, promoted into the running
+fp32 accumulator with both scales (the "2xAcc" scheme: WGMMA's fp8 accumulator keeps ~14 bits,
+so accumulating all of K in it loses accuracy).  bf16 out.  K and N multiples of 16 (TMA rows).
+Shape classes as for bf16 (kernels_src/gemm.py): large/mid tiles; decode M <= 16 swap-AB, with
+split-K (fp32 partials summed in split order by a second kernel: deterministic) when N is small.
+sm_100a: one tcgen05 kernel (kernels_src/gemm_sm100.py), compiled and SASS-checked only.
+"""
+from tkreg.spec import OpSpec, Tensor, Variant
+
+FP8 = "float8_e4m3fn"
+GROUP = 128
+REDUCE_M, REDUCE_N = 4, 256
+
+
+def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, splits: int = 1,
+                    swap_ab: bool = False):
+    import tilelang.language as T
+
+    block_K = GROUP
+    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
+    sam, sak = T.dynamic("sam"), T.dynamic("sak")
+    KB = T.ceildiv(K, GROUP)
+    uniform_b = GROUP % block_N == 0     # one weight-block scale per tile and K block
+
+    @T.macro
+    def tile(a, a_scale, b, b_scale, out, ws, m_blk, n_blk, split, a_s, b_s, c_s, part, acc):
+        # Split s runs K blocks [s * per, (s + 1) * per); blocks past K read as zeros (TMA fills
+        # out of bounds) and are skipped in the promotion, whose scales they would overrun.
+        m0, n0 = m_blk * block_M, n_blk * block_N
+        per = T.ceildiv(KB, splits)
+        T.clear(acc)
+        for k in T.Pipelined(per, num_stages=stages):
+            kb = split * per + k
+            T.copy(a[m0, kb * block_K], a_s)
+            T.copy(b[n0, kb * block_K], b_s)
+            T.gemm(a_s, b_s, part, transpose_B=True, clear_accum=True)
+            if kb < KB:
+                if uniform_b:
+                    sb = b_scale[n0 // GROUP, kb]
+                    for i, j in T.Parallel(block_M, block_N):
+                        acc[i, j] += part[i, j] * (a_scale[T.min(m0 + i, M - 1), kb] * sb)
+                else:
+                    for i, j in T.Parallel(block_M, block_N):
+                        acc[i, j] += part[i, j] * (a_scale[T.min(m0 + i, M - 1), kb]
+                                                   * b_scale[T.min(n0 + j, N - 1) // GROUP, kb])
+        if splits == 1:
+            T.copy(acc, c_s)
+            T.copy(c_s, out[m0, n0])
+        else:
+            T.copy(acc, ws[split, m0:m0 + block_M, n0:n0 + block_N])
+
+    @T.macro
+    def tile_swapped(a, a_scale, b, b_scale, out, ws, m_blk, n_blk, split, a_s, b_s, part, acc):
+        # out^T tile = b tile @ a tile^T (as in kernels_src/gemm.py): weight rows on WGMMA's M side.
+        m0, n0 = m_blk * block_M, n_blk * block_N
+        per = T.ceildiv(KB, splits)
+        T.clear(acc)
+        for k in T.Pipelined(per, num_stages=stages):
+            kb = split * per + k
+            T.copy(a[m0, kb * block_K], a_s)
+            T.copy(b[n0, kb * block_K], b_s)
+            T.gemm(b_s, a_s, part, transpose_B=True, clear_accum=True)
+            if kb < KB:
+                sb = b_scale[n0 // GROUP, kb]
+                for i, j in T.Parallel(block_N, block_M):
+                    acc[i, j] += part[i, j] * (a_scale[T.min(m0 + j, M - 1), kb] * sb)
+        for i, j in T.Parallel(block_N, block_M):
+            if m0 + j < M and n0 + i < N:
+                if splits == 1:
+                    out[m0 + j, n0 + i] = T.cast(acc[i, j], "bfloat16")
+                else:
+                    ws[split, m0 + j, n0 + i] = acc[i, j]
+
+    @T.macro
+    def body(a, a_scale, b, b_scale, out, ws):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits,
+                      threads=threads) as (bx, by, bz):
+            a_s = T.alloc_shared((block_M, block_K), FP8)
+            b_s = T.alloc_shared((block_N, block_K), FP8)
+            if swap_ab:
+                part = T.alloc_fragment((block_N, block_M), "float32")
+                acc = T.alloc_fragment((block_N, block_M), "float32")
+                tile_swapped(a, a_scale, b, b_scale, out, ws, by, bx, bz, a_s, b_s, part, acc)
+            else:
+                c_s = T.alloc_shared((block_M, block_N), "bfloat16")
+                part = T.alloc_fragment((block_M, block_N), "float32")
+                acc = T.alloc_fragment((block_M, block_N), "float32")
+                T.use_swizzle(panel_size=10)
+                tile(a, a_scale, b, b_scale, out, ws, by, bx, bz, a_s, b_s, c_s, part, acc)
+        if splits > 1:
+            with T.Kernel(T.ceildiv(N, REDUCE_N), T.ceildiv(M, REDUCE_M), threads=128) as (bx, by):
+                for i, j in T.Parallel(REDUCE_M, REDUCE_N):
+                    r, c = by * REDUCE_M + i, bx * REDUCE_N + j
+                    if r < M and c < N:
+                        v = T.alloc_var("float32")
+                        v = ws[0, r, c]
+                        for s in T.unroll(1, splits):
+                            v += ws[s, r, c]
+                        out[r, c] = T.cast(v, "bfloat16")
+
+    A, B = T.Tensor((M, K), FP8), T.Tensor((N, K), FP8)
+    SA = T.StridedTensor((M, KB), (sam, sak), "float32")
+    SB = T.Tensor((T.ceildiv(N, GROUP), KB), "float32")
+    O, W = T.Tensor((M, N), "bfloat16"), T.Tensor((splits, M, N), "float32")
+    if splits > 1:
+        @T.prim_func
+        def fp8_gemm(a: A, a_scale: SA, b: B, b_scale: SB, out: O, ws: W):
+            body(a, a_scale, b, b_scale, out, ws)
+    else:
+        @T.prim_func
+        def fp8_gemm(a: A, a_scale: SA, b: B, b_scale: SB, out: O):
+            body(a, a_scale, b, b_scale, out, None)
+    return fp8_gemm
+
+
+def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, tcgen05: bool = False, **params):
+    if arch == "sm_100a":
+        from .gemm_sm100 import fp8_gemm_tcgen05_kernel
+        assert splits == 1
+        return fp8_gemm_tcgen05_kernel(**params)
+    return fp8_gemm_kernel(splits=splits, **params)
+
+
+# (name, tile params, rule, priority), as in kernels_src/gemm.py; measured on the H200 beside
+# torch._scaled_mm.  192-row tiles are three consumer warpgroups (64 rows each); 128x256 spills
+# (two fp32 tiles per thread).  Decode M <= 16 swaps A and B (16 tokens on WGMMA's N side) with 16
+# stages of 64x128 weight tiles; split-K pays there for N <= 32 * SM_COUNT (few N tiles, long K).
+def _fills(bm, bn):
+    return f"4 * ((M + {bm - 1}) // {bm}) * ((N + {bn - 1}) // {bn}) >= 3 * SM_COUNT"
+
+
+CLASSES = (
+    ("decode-16-wide", dict(block_M=16, block_N=128, stages=10, threads=128, splits=1, swap_ab=True),
+     "M <= 16 and N >= 16384", 65),
+    ("decode-16-split", dict(block_M=16, block_N=64, stages=16, threads=128, splits=2, swap_ab=True),
+     "M <= 16 and 32 * N <= 1024 * SM_COUNT and K >= 2048", 60),
+    ("decode-16", dict(block_M=16, block_N=64, stages=16, threads=128, splits=1, swap_ab=True), "M <= 16", 55),
+    ("large", dict(block_M=192, block_N=128, stages=4, threads=384, splits=1),
+     "M > 128 and ((M + 191) // 192) * ((N + 127) // 128) >= 2 * SM_COUNT", 30),
+    ("mid-128", dict(block_M=128, block_N=128, stages=4, threads=256, splits=1), "M > 128 and " + _fills(128, 128), 20),
+    ("mid-64", dict(block_M=64, block_N=128, stages=4, threads=128, splits=1), _fills(64, 128), 10),
+    ("small", dict(block_M=64, block_N=64, stages=8, threads=128, splits=1), None, 0),
+)
+
+SPECS = (
+    OpSpec(
+        name="tkreg.fp8_gemm",
+        doc="out[M, N] bf16 = DeepGEMM-style block-scaled a[M, K] e4m3 (1x128 scales) @ b[N, K]^T e4m3 "
+            "(128x128 scales); K, N % 16 == 0",
+        tensors=(Tensor("a", ("M", "K"), dtypes=(FP8,)),
+                 Tensor("a_scale", ("M", "(K + 127) // 128"), dtype="float32", strides=("sam", "sak")),
+                 Tensor("b", ("N", "K"), dtype_of="a"),
+                 Tensor("b_scale", ("(N + 127) // 128", "(K + 127) // 128"), dtype="float32"),
+                 Tensor("out", ("M", "N"), dtype="bfloat16", role="output"),
+                 Tensor("ws", ("splits", "M", "N"), dtype="float32", role="scratch")),
+        factory=fp8_gemm_factory,
+        variants=tuple(Variant(params, rule=rule, priority=prio, archs=("sm_90a",)) for _n, params, rule, prio in CLASSES)
+        + (Variant(dict(block_M=128, block_N=128, stages=4, threads=256, splits=1, tcgen05=True),
+                   archs=("sm_100a",)),),
+        reference="tkreg.reference.gemm:fp8_gemm",
+    ),
+)

@@ -1,0 +1,29 @@
+"""The shipped sm_100a GEMMs (kernels_src/gemm_sm100.py) are tcgen05 kernels: every tkreg.gemm and
+tkreg.fp8_gemm cubin in the installed wheel's sm_100a pack has UTC*MMA instructions in its SASS and
+no HMMA (mma.sync), and fits sm_100's shared memory.  Nothing here runs them: no Blackwell GPU.
+Needs a disassembler (nvdisasm from build_tools/requirements-build.txt, or the CUDA toolkit's)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import tkreg
+from build_tools.sass import find_disassembler, mma_summary
+
+SMEM_MAX = 232448   # sm_100: 227 KB of dynamic shared memory per CTA
+
+
+@pytest.mark.parametrize("op", ["tkreg.gemm", "tkreg.fp8_gemm"])
+def test_shipped_sm100_gemms_use_tcgen05(op):
+    tool = find_disassembler()
+    if tool is None:
+        pytest.skip("no nvdisasm/cuobjdump (pip install nvidia-cuda-nvdisasm)")
+    pack = Path(tkreg.__file__).parent / "packs" / "sm_100a"
+    variants = json.loads((pack / "manifest.json").read_text())["ops"][op]["variants"]
+    assert variants
+    for v in variants:
+        s = mma_summary((pack / v["cubin"]).read_bytes(), tool)
+        assert s["tcgen05"] and s["mma_sync"] == 0, (v["key"], s)
+        assert all(k["smem"][0] <= SMEM_MAX for k in v["plan"]["kernels"]), v["key"]

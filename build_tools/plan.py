@@ -20,6 +20,8 @@ from tkreg.spec import DTYPES, OpSpec, Variant
 
 from .tir_expr import to_program
 
+MAX_DYN_SMEM = 232448   # 227 KB: the dynamic shared memory one CTA may opt into on sm_90 and sm_100
+
 _TMA_TILED = "__tvm_tensormap_create_tiled"
 
 
@@ -189,6 +191,10 @@ def extract(spec: OpSpec, variant: Variant, func, artifact) -> Plan:
         grid = [to_program(ext.get(k, 1)) for k in ("blockIdx.x", "blockIdx.y", "blockIdx.z")]
         block = [_as_int(ext.get(k, 1), "block size") for k in ("threadIdx.x", "threadIdx.y", "threadIdx.z")]
         smem = to_program(f.attrs.get("dyn_shared_memory_buf", 0) or 0)
+        if len(smem) == 1 and isinstance(smem[0], int) and smem[0] > MAX_DYN_SMEM:
+            # the driver refuses it at the first launch (cuFuncSetAttribute: invalid argument)
+            raise SpecError(f"{where}: kernel {name} needs {smem[0]} bytes of shared memory; sm_90/sm_100 "
+                            f"CTAs get at most {MAX_DYN_SMEM} (use fewer pipeline stages or smaller tiles)")
         cluster = [int(x) for x in (f.attrs.get("cluster_dims") or (1, 1, 1))]
         params = []
         for p in f.params:

@@ -127,6 +127,19 @@ def test_compile_error_names_op_variant_arch_and_nvcc_message(tmp_path):
     assert "tkreg_no_such_function" in msg
 
 
+def test_too_much_shared_memory_fails_the_build(tmp_path):
+    """The driver would refuse it only at the first launch (cuFuncSetAttribute: invalid argument)."""
+    d = tmp_path / "big"
+    d.mkdir()
+    f = write_module(d / "fam.py")
+    f.write_text(f.read_text().replace(
+        "            for i, j in T.Parallel(4, N):",
+        "            s = T.alloc_shared((240 * 1024,), \"uint8\")\n            T.fill(s, 0)\n"
+        "            x[bx, 0] = T.cast(s[bx], dtype)\n            for i, j in T.Parallel(4, N):"))
+    with pytest.raises(BuildError, match=r"needs 245760 bytes of shared memory; .* at most 232448"):
+        _build(d, tmp_path / "out", tmp_path / "cache")
+
+
 def test_spec_kernel_mismatch_is_a_clear_error(tmp_path):
     d = tmp_path / "mis"
     d.mkdir()

@@ -34,6 +34,7 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
     def tile(a, a_scale, b, b_scale, out, ws, m_blk, n_blk, split, a_s, b_s, c_s, part, acc):
         # Split s runs K blocks [s * per, (s + 1) * per); blocks past K read as zeros (TMA fills
         # out of bounds) and are skipped in the promotion, whose scales they would overrun.
+        # swap_ab: the tile is out^T = b @ a^T (as in kernels_src/gemm.py), part/acc[n, m].
         m0, n0 = m_blk * block_M, n_blk * block_N
         per = T.ceildiv(KB, splits)
         T.clear(acc)
@@ -41,9 +42,16 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
             kb = split * per + k
             T.copy(a[m0, kb * block_K], a_s)
             T.copy(b[n0, kb * block_K], b_s)
-            T.gemm(a_s, b_s, part, transpose_B=True, clear_accum=True)
+            if swap_ab:
+                T.gemm(b_s, a_s, part, transpose_B=True, clear_accum=True)
+            else:
+                T.gemm(a_s, b_s, part, transpose_B=True, clear_accum=True)
             if kb < KB:
-                if uniform_b:
+                if swap_ab:
+                    sb = b_scale[n0 // GROUP, kb]
+                    for i, j in T.Parallel(block_N, block_M):
+                        acc[i, j] += part[i, j] * (a_scale[T.min(m0 + j, M - 1), kb] * sb)
+                elif uniform_b:
                     sb = b_scale[n0 // GROUP, kb]
                     for i, j in T.Parallel(block_M, block_N):
                         acc[i, j] += part[i, j] * (a_scale[T.min(m0 + i, M - 1), kb] * sb)
@@ -51,33 +59,18 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
                     for i, j in T.Parallel(block_M, block_N):
                         acc[i, j] += part[i, j] * (a_scale[T.min(m0 + i, M - 1), kb]
                                                    * b_scale[T.min(n0 + j, N - 1) // GROUP, kb])
-        if splits == 1:
+        if swap_ab:
+            for i, j in T.Parallel(block_N, block_M):
+                if m0 + j < M and n0 + i < N:
+                    if splits == 1:
+                        out[m0 + j, n0 + i] = T.cast(acc[i, j], "bfloat16")
+                    else:
+                        ws[split, m0 + j, n0 + i] = acc[i, j]
+        elif splits == 1:
             T.copy(acc, c_s)
             T.copy(c_s, out[m0, n0])
         else:
             T.copy(acc, ws[split, m0:m0 + block_M, n0:n0 + block_N])
-
-    @T.macro
-    def tile_swapped(a, a_scale, b, b_scale, out, ws, m_blk, n_blk, split, a_s, b_s, part, acc):
-        # out^T tile = b tile @ a tile^T (as in kernels_src/gemm.py): weight rows on WGMMA's M side.
-        m0, n0 = m_blk * block_M, n_blk * block_N
-        per = T.ceildiv(KB, splits)
-        T.clear(acc)
-        for k in T.Pipelined(per, num_stages=stages):
-            kb = split * per + k
-            T.copy(a[m0, kb * block_K], a_s)
-            T.copy(b[n0, kb * block_K], b_s)
-            T.gemm(b_s, a_s, part, transpose_B=True, clear_accum=True)
-            if kb < KB:
-                sb = b_scale[n0 // GROUP, kb]
-                for i, j in T.Parallel(block_N, block_M):
-                    acc[i, j] += part[i, j] * (a_scale[T.min(m0 + j, M - 1), kb] * sb)
-        for i, j in T.Parallel(block_N, block_M):
-            if m0 + j < M and n0 + i < N:
-                if splits == 1:
-                    out[m0 + j, n0 + i] = T.cast(acc[i, j], "bfloat16")
-                else:
-                    ws[split, m0 + j, n0 + i] = acc[i, j]
 
     @T.macro
     def body(a, a_scale, b, b_scale, out, ws):
@@ -88,7 +81,7 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
             if swap_ab:
                 part = T.alloc_fragment((block_N, block_M), "float32")
                 acc = T.alloc_fragment((block_N, block_M), "float32")
-                tile_swapped(a, a_scale, b, b_scale, out, ws, by, bx, bz, a_s, b_s, part, acc)
+                tile(a, a_scale, b, b_scale, out, ws, by, bx, bz, a_s, b_s, None, part, acc)
             else:
                 c_s = T.alloc_shared((block_M, block_N), "bfloat16")
                 part = T.alloc_fragment((block_M, block_N), "float32")

@@ -62,6 +62,11 @@ def gemm_kernel(block_M: int, block_N: int, block_K: int, stages: int, threads: 
                 T.copy(acc, c_s)
                 T.copy(c_s, out[m0, n0])  # TMA store, clipped at the edges
 
+    return gemm_prim_func(T, body, M, N, K, dtype, bias)
+
+
+def gemm_prim_func(T, body, M, N, K, dtype: str, bias: bool):
+    """The op's kernel signature around `body(a, b, bias or None, out)` (Hopper and Blackwell)."""
     A, B, O = T.Tensor((M, K), dtype), T.Tensor((N, K), dtype), T.Tensor((M, N), dtype)
     if bias:
         @T.prim_func

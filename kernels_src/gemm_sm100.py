@@ -25,6 +25,19 @@ GROUP = 128
 EPI_N = 64   # epilogue column chunk: TMEM -> registers -> shared -> TMA store
 
 
+def _tma_loads(T, block_M: int, block_N: int, block_K: int, stages: int):
+    """Warp 0's loop: wait for stage k % stages to be free, TMA both tiles into it, arrive."""
+    @T.macro
+    def loads(a, b, a_s, b_s, loaded, consumed, m0, n0, iters):
+        for k in T.serial(iters):
+            s = k % stages
+            T.mbarrier_wait_parity(consumed[s], ((k // stages) & 1) ^ 1)
+            T.tma_copy(a[m0:m0 + block_M, k * block_K:(k + 1) * block_K], a_s[s, :, :], barrier=loaded[s])
+            T.tma_copy(b[n0:n0 + block_N, k * block_K:(k + 1) * block_K], b_s[s, :, :], barrier=loaded[s])
+            T.mbarrier_arrive(loaded[s])
+    return loads
+
+
 def gemm_tcgen05_kernel(block_M: int, block_N: int, block_K: int, stages: int, threads: int,
                         bias: bool = False, dtype: str = "bfloat16"):
     import tilelang.language as T
@@ -33,6 +46,7 @@ def gemm_tcgen05_kernel(block_M: int, block_N: int, block_K: int, stages: int, t
     assert block_N % EPI_N == 0 and block_N <= 256
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
     k_iters = T.ceildiv(K, block_K)
+    loads = _tma_loads(T, block_M, block_N, block_K, stages)
 
     @T.macro
     def body(a, b, bias_, out):
@@ -51,14 +65,7 @@ def gemm_tcgen05_kernel(block_M: int, block_N: int, block_K: int, stages: int, t
             m0, n0 = bx * block_M, by * block_N
 
             if tx < 32:  # warp 0: TMA producer
-                for k in T.serial(k_iters):
-                    s = k % stages
-                    T.mbarrier_wait_parity(consumed[s], ((k // stages) & 1) ^ 1)
-                    T.tma_copy(a[m0:m0 + block_M, k * block_K:(k + 1) * block_K], a_s[s, :, :],
-                               barrier=loaded[s])
-                    T.tma_copy(b[n0:n0 + block_N, k * block_K:(k + 1) * block_K], b_s[s, :, :],
-                               barrier=loaded[s])
-                    T.mbarrier_arrive(loaded[s])
+                loads(a, b, a_s, b_s, loaded, consumed, m0, n0, k_iters)
             elif tx < 64:  # warp 1: tcgen05 MMA issuer
                 for k in T.serial(k_iters):
                     s = k % stages
@@ -79,16 +86,8 @@ def gemm_tcgen05_kernel(block_M: int, block_N: int, block_K: int, stages: int, t
                 T.copy(c_loc, c_s)
                 T.copy(c_s, out[m0, n0 + c * EPI_N])
 
-    A, B, O = T.Tensor((M, K), dtype), T.Tensor((N, K), dtype), T.Tensor((M, N), dtype)
-    if bias:
-        @T.prim_func
-        def gemm(a: A, b: B, bias: T.Tensor((N,), dtype), out: O):
-            body(a, b, bias, out)
-    else:
-        @T.prim_func
-        def gemm(a: A, b: B, out: O):
-            body(a, b, None, out)
-    return gemm
+    from .gemm import gemm_prim_func
+    return gemm_prim_func(T, body, M, N, K, dtype, bias)
 
 
 def fp8_gemm_tcgen05_kernel(block_M: int, block_N: int, stages: int, threads: int):
@@ -103,6 +102,7 @@ def fp8_gemm_tcgen05_kernel(block_M: int, block_N: int, stages: int, threads: in
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
     sam, sak = T.dynamic("sam"), T.dynamic("sak")
     KB = T.ceildiv(K, GROUP)
+    loads = _tma_loads(T, block_M, block_N, block_K, stages)
 
     SA = T.StridedTensor((M, KB), (sam, sak), "float32")
     SB = T.Tensor((T.ceildiv(N, GROUP), KB), "float32")
@@ -129,14 +129,7 @@ def fp8_gemm_tcgen05_kernel(block_M: int, block_N: int, stages: int, threads: in
             m0, n0 = bx * block_M, by * block_N
 
             if tx < 32:  # warp 0: TMA producer
-                for k in T.serial(KB):
-                    s = k % stages
-                    T.mbarrier_wait_parity(consumed[s], ((k // stages) & 1) ^ 1)
-                    T.tma_copy(a[m0:m0 + block_M, k * block_K:(k + 1) * block_K], a_s[s, :, :],
-                               barrier=loaded[s])
-                    T.tma_copy(b[n0:n0 + block_N, k * block_K:(k + 1) * block_K], b_s[s, :, :],
-                               barrier=loaded[s])
-                    T.mbarrier_arrive(loaded[s])
+                loads(a, b, a_s, b_s, loaded, consumed, m0, n0, KB)
             elif tx < 64:  # warp 1: one fresh MMA chain per 128-K block into TMEM buffer k % 2
                 for k in T.serial(KB):
                     s = k % stages

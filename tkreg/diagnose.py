@@ -144,7 +144,10 @@ def rejection(spec: OpSpec, code: int, index: int, bound: tuple, constraints: tu
     if kind == "absent":
         return f"needs `{spec.tensors[index].name}` (read with TMA)"
     if kind == "rule":
-        return f"needs {constraints[index].text}"
+        text = constraints[index].text
+        if "SM_COUNT" in text and not any(getattr(x, "is_cuda", False) for x in bound):
+            return f"needs {text} (SM_COUNT is unknown for CPU tensors: explain with CUDA tensors)"
+        return f"needs {text}"
     return f"rejected (code {code})"
 
 

@@ -45,6 +45,11 @@ def test_gemm_decode_classes(arch, mn, tile):
     assert tile in with_bias.chosen and "bias=true" in with_bias.chosen and "float16" in with_bias.chosen
 
 
+def test_sm_count_rules_say_cpu_tensors_cannot_tell():
+    e = tkreg.explain("gemm", torch.empty(1024, 256, dtype=BF16), torch.empty(4096, 256, dtype=BF16), arch="sm_90a")
+    assert any("SM_COUNT is unknown for CPU tensors" in why for _, _, why in e.rows)
+
+
 @pytest.mark.parametrize("n", [1024, 4096, 7168])
 @pytest.mark.parametrize("dt", [BF16, FP16])
 def test_rms_norm_picks_hidden_size_and_dtype(n, dt):

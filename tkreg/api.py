@@ -37,14 +37,15 @@ class Explanation:
         return "\n".join(lines)
 
 
-def explain(name: str, *args, arch: str | None = None, **kwargs) -> Explanation:
+def explain(name: str, *args, arch: str | None = None, sm_count: int | None = None, **kwargs) -> Explanation:
     """Which variant a call would run and why each other was passed over (nothing launches).
 
     `arch="sm_100a"` asks about a GPU generation other than the tensors' device (and answers
-    for CPU tensors, which otherwise are refused like a call).
+    for CPU tensors, which otherwise are refused like a call); with CPU tensors, `sm_count=`
+    is the multiprocessor count that rules reading `SM_COUNT` assume (132 for an H100/H200).
     """
     e = RUNTIME.registry.entry(name)
-    return Explanation(e.name, RUNTIME.explain(e.name, args, kwargs, arch))
+    return Explanation(e.name, RUNTIME.explain(e.name, args, kwargs, arch, sm_count))
 
 
 def register_pack(path):

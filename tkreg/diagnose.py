@@ -127,7 +127,8 @@ def _wanted_dtype(spec: OpSpec, t, bound: tuple) -> str:
     return _dtype(root.dtype)
 
 
-def rejection(spec: OpSpec, code: int, index: int, bound: tuple, constraints: tuple, want_dtypes: dict) -> str:
+def rejection(spec: OpSpec, code: int, index: int, bound: tuple, constraints: tuple, want_dtypes: dict,
+              sm_known: bool = True) -> str:
     """Why one variant passed a call over (explain and the no-kernel message)."""
     kind = _REJECT.get(code, "?")
     if kind == "accepted":
@@ -145,8 +146,8 @@ def rejection(spec: OpSpec, code: int, index: int, bound: tuple, constraints: tu
         return f"needs `{spec.tensors[index].name}` (read with TMA)"
     if kind == "rule":
         text = constraints[index].text
-        if "SM_COUNT" in text and not any(getattr(x, "is_cuda", False) for x in bound):
-            return f"needs {text} (SM_COUNT is unknown for CPU tensors: explain with CUDA tensors)"
+        if "SM_COUNT" in text and not sm_known:
+            return f"needs {text} (SM_COUNT is unknown for CPU tensors: pass sm_count=, e.g. 132 for an H200)"
         return f"needs {text}"
     return f"rejected (code {code})"
 

@@ -109,26 +109,29 @@ class Runtime:
         return self.torch_op(spec.name)(*[args[n] for n in schema_args(spec)])
 
     # ---- explain --------------------------------------------------------------------------
-    def _reasons(self, e: OpEntry, bound: tuple, rows) -> list:
+    def _reasons(self, e: OpEntry, bound: tuple, rows, sm_known: bool = True) -> list:
         """(key, why) per variant of a table, from the launcher's (variant, code, index) rows."""
         from . import diagnose
         out = []
         for v, code, idx in rows:
             c = self._candidate[v]
-            out.append((c.key, diagnose.rejection(e.spec, code, idx, bound, c.record.plan.constraints, c.record.plan.uses)))
+            out.append((c.key, diagnose.rejection(e.spec, code, idx, bound, c.record.plan.constraints,
+                                                  c.record.plan.uses, sm_known)))
         return out
 
-    def explain(self, name: str, args: tuple, kwargs: dict, arch: str | None = None) -> list:
-        """[(variant key, chosen, reason)] for a call, without launching."""
+    def explain(self, name: str, args: tuple, kwargs: dict, arch: str | None = None,
+                sm_count: int | None = None) -> list:
+        """[(variant key, chosen, reason)] for a call, without launching.  `sm_count` is the SM
+        count rules see for CPU tensors (with `arch`); CUDA tensors use their device's."""
         e = self.registry.entry(name)
         o = self.op(e.name)
         if arch is not None and arch not in e.sources:
             raise UnsupportedDeviceError(f"{e.spec.name}: no variants for {arch}; have {e.archs()}")
-        _, bound, _, rows = o.check(args, kwargs, *((self.table(e, arch),) if arch else ()))
+        dev, bound, _, rows = o.check(args, kwargs, *((self.table(e, arch), int(sm_count or 0)) if arch else ()))
         if rows is None:
             return [("<torch reference>", True, "TKREG_FALLBACK=reference and no pack serves this device")]
         out, chosen = [], False
-        for key, why in self._reasons(e, bound, rows):
+        for key, why in self._reasons(e, bound, rows, sm_known=dev >= 0 or bool(sm_count)):
             ok = why == "accepted"
             out.append((key, ok and not chosen, why if not (ok and chosen) else
                         "accepted, but a higher-priority variant was chosen"))

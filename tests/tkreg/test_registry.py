@@ -32,22 +32,31 @@ def test_builtin_packs_hold_both_archs():
         assert ops[name]["archs"] == ["sm_100a", "sm_90a"], ops[name]
 
 
-@pytest.mark.parametrize("arch, mn, tile", [
-    ("sm_90a", (1, 1000), "swap_ab=true"), ("sm_90a", (1, 1000), "block_M=16,"), ("sm_90a", (32, 4096), "block_M=32,"),
-    ("sm_90a", (8, 16384), "block_N=256,"), ("sm_100a", (1, 1000), "block_M=128,block_N=128,")])
-def test_gemm_decode_classes(arch, mn, tile):
-    """Decode classes need no device facts; the SM-count ones are tested on the GPU."""
-    (m, n), k = mn, 256
-    e = tkreg.explain("gemm", torch.empty(m, k, dtype=BF16), torch.empty(n, k, dtype=BF16), arch=arch)
+# (arch, M, N) -> the gemm tile it gets on a 132-SM GPU (kernels_src/gemm.py CLASSES)
+GEMM_CLASSES = [("sm_90a", 1, 1000, "block_M=16,"), ("sm_90a", 32, 4096, "block_M=32,"),
+                ("sm_90a", 8, 16384, "block_N=256,"), ("sm_90a", 64, 8192, "block_M=64,block_N=64,"),
+                ("sm_90a", 128, 8192, "block_M=64,block_N=128,"),
+                ("sm_90a", 256, 8192, "block_K=128,block_M=128,block_N=128,"),
+                ("sm_90a", 1024, 4096, "block_M=128,block_N=256,"), ("sm_90a", 100000, 8, "block_M=128,block_N=256,"),
+                ("sm_100a", 1, 1000, "block_M=128,block_N=128,"), ("sm_100a", 1024, 4096, "block_M=128,block_N=256,")]
+
+
+@pytest.mark.parametrize("arch, m, n, tile", GEMM_CLASSES)
+def test_gemm_shape_classes(arch, m, n, tile):
+    """What an H200 (132 SMs) would run, asked on the CPU: `sm_count=` stands in for the device."""
+    a, b = torch.empty(m, 256, dtype=BF16), torch.empty(n, 256, dtype=BF16)
+    e = tkreg.explain("gemm", a, b, arch=arch, sm_count=132)
     assert tile in e.chosen and "bias=false" in e.chosen, e
-    with_bias = tkreg.explain("gemm", torch.empty(m, k, dtype=FP16), torch.empty(n, k, dtype=FP16),
-                              torch.empty(n, dtype=FP16), arch=arch)
+    with_bias = tkreg.explain("gemm", a.half(), b.half(), torch.empty(n, dtype=FP16), arch=arch, sm_count=132)
     assert tile in with_bias.chosen and "bias=true" in with_bias.chosen and "float16" in with_bias.chosen
 
 
-def test_sm_count_rules_say_cpu_tensors_cannot_tell():
-    e = tkreg.explain("gemm", torch.empty(1024, 256, dtype=BF16), torch.empty(4096, 256, dtype=BF16), arch="sm_90a")
-    assert any("SM_COUNT is unknown for CPU tensors" in why for _, _, why in e.rows)
+def test_sm_count_rules_on_cpu_tensors_need_sm_count():
+    a, b = torch.empty(1024, 256, dtype=BF16), torch.empty(4096, 256, dtype=BF16)
+    e = tkreg.explain("gemm", a, b, arch="sm_90a")
+    assert any("SM_COUNT is unknown for CPU tensors: pass sm_count=" in why for _, _, why in e.rows)
+    assert "block_N=256" in tkreg.explain("gemm", a, b, arch="sm_90a", sm_count=132).chosen
+    assert "block_N=256" not in tkreg.explain("gemm", a, b, arch="sm_90a", sm_count=1000).chosen
 
 
 @pytest.mark.parametrize("n", [1024, 4096, 7168])

@@ -22,7 +22,7 @@ _Static_assert(sizeof(LaunchAttr) == sizeof(CUlaunchAttribute), "codes.py's Laun
 static struct { TKREG_CU_FUNCS(DECLARE_FN) } cu; /* the driver's entry points, as tkreg.native.driver packs them */
 static int g_cuda;                                 /* cu is set */
 static CUcontext g_ctx[MAXDEV];
-static int64_t g_sm[MAXDEV + 1]; /* multiprocessor count per device (slot 0: CPU), from resolve */
+static int64_t g_sm[MAXDEV + 1]; /* multiprocessor count per device, from resolve; slot 0 (CPU): per check */
 static long g_modules;           /* cuModuleLoadData calls that succeeded (tests: no double load) */
 static PyObject *g_dtypes[NDTYPES], *g_empty, *g_get_stream, *g_LaunchError, *g_PackError;
 static PyObject *g_describe, *g_empty_like, *g_new_empty, *g_grad_on, *g_driver, *g_fail, *s_requires_grad;
@@ -607,7 +607,7 @@ static PyObject *dispatch(Op *o, PyObject *args, PyObject *kw, int mode, PyObjec
     if (bind_args(o, args, kw, &c) || validate(o, &c)) return NULL;
     int g = mode == CALL ? needs_autograd(o, &c) : 0;
     if (g < 0 || (!g && !table && !(table = device_table(o, c.dev)))) return NULL;
-    if (table != Py_None && o->p.sm_slot >= 0 && c.dev >= -1) c.env[o->p.sm_slot] = g_sm[c.dev + 1], c.bound[o->p.sm_slot] = c.dev >= 0;
+    if (table != Py_None && o->p.sm_slot >= 0 && c.dev >= -1) c.env[o->p.sm_slot] = g_sm[c.dev + 1], c.bound[o->p.sm_slot] = g_sm[c.dev + 1] > 0;
     int idx = !g && table != Py_None && mode != CHECK ? select_variant(o, table, &c) : -1;
     if (idx >= 0) return run(o, (Variant *)PyTuple_GetItem(table, idx), &c);
     if (!g && table != Py_None && !(rows = reject_rows(o, table, &c))) return NULL;
@@ -625,12 +625,14 @@ static PyObject *Op_call(PyObject *self, PyObject *args, PyObject *kw) { return 
 /* check(args, kwargs, table=None) -> (device, bound, env, rows | None): what explain needs. */
 static PyObject *Op_check(PyObject *self, PyObject *a) {
     PyObject *args, *kw, *table = NULL;
-    if (!PyArg_ParseTuple(a, "O!O!|O!:check", &PyTuple_Type, &args, &PyDict_Type, &kw, &PyTuple_Type, &table)) return NULL;
+    long long sm = 0; /* CPU tensors: the SM count explain(sm_count=) assumes; 0 = unknown */
+    if (!PyArg_ParseTuple(a, "O!O!|O!L:check", &PyTuple_Type, &args, &PyDict_Type, &kw, &PyTuple_Type, &table, &sm)) return NULL;
+    g_sm[0] = sm;
     return dispatch((Op *)self, args, kw, CHECK, table);
 }
 
 static PyMethodDef Op_methods[] = {
-    {"check", Op_check, METH_VARARGS, "check(args, kwargs, table=None) -> (device, bound, env, rows)"},
+    {"check", Op_check, METH_VARARGS, "check(args, kwargs, table=None, cpu_sm_count=0) -> (device, bound, env, rows)"},
     {NULL}};
 static PyType_Slot Op_slots[] = {
     {Py_tp_new, Op_new}, {Py_tp_dealloc, Op_dealloc}, {Py_tp_call, Op_call}, {Py_tp_methods, Op_methods},

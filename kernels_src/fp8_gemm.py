@@ -114,7 +114,8 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
     return fp8_gemm
 
 
-def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, tcgen05: bool = False, **params):
+def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "", **params):
+    """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it."""
     if arch == "sm_100a":
         from .gemm_sm100 import fp8_gemm_tcgen05_kernel
         assert splits == 1
@@ -155,8 +156,9 @@ SPECS = (
                  Tensor("out", ("M", "N"), dtype="bfloat16", role="output"),
                  Tensor("ws", ("splits", "M", "N"), dtype="float32", role="scratch")),
         factory=fp8_gemm_factory,
-        variants=tuple(Variant(params, rule=rule, priority=prio, archs=("sm_90a",)) for _n, params, rule, prio in CLASSES)
-        + (Variant(dict(block_M=128, block_N=128, stages=4, threads=256, splits=1, tcgen05=True),
+        variants=tuple(Variant(dict(params, shape_class=name), rule=rule, priority=prio, archs=("sm_90a",))
+                       for name, params, rule, prio in CLASSES)
+        + (Variant(dict(block_M=128, block_N=128, stages=4, threads=256, splits=1, shape_class="tcgen05"),
                    archs=("sm_100a",)),),
         reference="tkreg.reference.gemm:fp8_gemm",
     ),

@@ -79,7 +79,8 @@ def gemm_prim_func(T, body, M, N, K, dtype: str, bias: bool):
     return gemm
 
 
-def gemm_factory(arch: str = "sm_90a", **params):
+def gemm_factory(arch: str = "sm_90a", shape_class: str = "", **params):
+    """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it."""
     if arch == "sm_100a":
         from .gemm_sm100 import gemm_tcgen05_kernel
         return gemm_tcgen05_kernel(**params)
@@ -117,11 +118,11 @@ SM100_CLASSES = (
 def shape_variants(classes, arch: str, dtypes=DTYPES, bias=(False, True)) -> tuple:
     """One variant per (class, dtype, bias or not) for `arch`; the bias ones are picked by `has_bias`."""
     out = []
-    for _name, params, rule, priority in classes:
+    for name, params, rule, priority in classes:
         for dtype in dtypes:
             for b in bias:
                 has = "has_bias" if b else "not has_bias"
-                out.append(Variant(dict(params, dtype=dtype, bias=b),
+                out.append(Variant(dict(params, dtype=dtype, bias=b, shape_class=name),
                                    rule=f"{has} and ({rule})" if rule else has, priority=priority,
                                    archs=(arch,)))
     return tuple(out)

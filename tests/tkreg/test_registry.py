@@ -32,21 +32,24 @@ def test_builtin_packs_hold_both_archs():
         assert ops[name]["archs"] == ["sm_100a", "sm_90a"], ops[name]
 
 
-# (arch, M, N) -> the gemm tile it gets on a 132-SM GPU (kernels_src/gemm.py CLASSES)
-GEMM_CLASSES = [("sm_90a", 1, 1000, "block_M=16,"), ("sm_90a", 32, 4096, "block_M=32,"),
-                ("sm_90a", 8, 16384, "block_N=256,"), ("sm_90a", 64, 8192, "block_M=64,block_N=64,"),
-                ("sm_90a", 128, 8192, "block_M=64,block_N=128,"),
-                ("sm_90a", 256, 8192, "block_K=128,block_M=128,block_N=128,"),
-                ("sm_90a", 1024, 4096, "block_M=128,block_N=256,"), ("sm_90a", 100000, 8, "block_M=128,block_N=256,"),
-                ("sm_100a", 1, 1000, "block_M=128,block_N=128,"), ("sm_100a", 1024, 4096, "block_M=128,block_N=256,")]
+# (arch, M, N) -> the gemm shape class and tile it gets on a 132-SM GPU (kernels_src/gemm.py CLASSES)
+GEMM_CLASSES = [("sm_90a", 1, 1000, "decode-16", "block_M=16,"), ("sm_90a", 32, 4096, "decode-32", "block_M=32,"),
+                ("sm_90a", 8, 16384, "decode-wide", "block_N=256,"), ("sm_90a", 64, 8192, "small", "block_M=64,block_N=64,"),
+                ("sm_90a", 128, 8192, "mid-64", "block_M=64,block_N=128,"),
+                ("sm_90a", 256, 8192, "mid-128", "block_K=128,block_M=128,block_N=128,"),
+                ("sm_90a", 1024, 4096, "large", "block_M=128,block_N=256,"),
+                ("sm_90a", 100000, 8, "large", "block_M=128,block_N=256,"),
+                ("sm_100a", 1, 1000, "small", "block_M=128,block_N=128,"),
+                ("sm_100a", 1024, 4096, "large", "block_M=128,block_N=256,")]
 
 
-@pytest.mark.parametrize("arch, m, n, tile", GEMM_CLASSES)
-def test_gemm_shape_classes(arch, m, n, tile):
-    """What an H200 (132 SMs) would run, asked on the CPU: `sm_count=` stands in for the device."""
+@pytest.mark.parametrize("arch, m, n, cls, tile", GEMM_CLASSES)
+def test_gemm_shape_classes(arch, m, n, cls, tile):
+    """What an H200 (132 SMs) would run, asked on the CPU: `sm_count=` stands in for the device.
+    The chosen key names the class (explain's answer to "which class does this shape get")."""
     a, b = torch.empty(m, 256, dtype=BF16), torch.empty(n, 256, dtype=BF16)
     e = tkreg.explain("gemm", a, b, arch=arch, sm_count=132)
-    assert tile in e.chosen and "bias=false" in e.chosen, e
+    assert f"shape_class={cls}," in e.chosen and tile in e.chosen and "bias=false" in e.chosen, e
     with_bias = tkreg.explain("gemm", a.half(), b.half(), torch.empty(n, dtype=FP16), arch=arch, sm_count=132)
     assert tile in with_bias.chosen and "bias=true" in with_bias.chosen and "float16" in with_bias.chosen
 

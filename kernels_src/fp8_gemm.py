@@ -8,7 +8,7 @@ strides so both tkreg's row-major scales and DeepGEMM's column-major TMA-aligned
 are fp32 values like any other.  b_scale[ceil(N/128), ceil(K/128)] fp32 (128x128 weight blocks).
 Each 128-wide K block is one WGMMA chain into a fresh fp32 fragment, promoted into the running
 fp32 accumulator with both scales (the "2xAcc" scheme: WGMMA's fp8 accumulator keeps ~14 bits,
-so accumulating all of K in it loses accuracy).  bf16 out.  K and N multiples of 16 (TMA rows).
+so accumulating all of K in it loses accuracy).  bf16 out.  K % 16 == 0 and N % 8 == 0 (TMA rows).
 Shape classes as for bf16 (kernels_src/gemm.py): large/mid tiles; decode M <= 16 swap-AB, with
 split-K (fp32 partials summed in split order by a second kernel: deterministic) when N is small.
 sm_100a: one tcgen05 kernel (kernels_src/gemm_sm100.py), compiled and SASS-checked only.
@@ -29,6 +29,7 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
     sam, sak = T.dynamic("sam"), T.dynamic("sak")
     KB = T.ceildiv(K, GROUP)
     uniform_b = GROUP % block_N == 0     # one weight-block scale per tile and K block
+    assert uniform_b or not swap_ab, "swap-AB tiles read one weight-block scale per K block"
 
     @T.macro
     def tile(a, a_scale, b, b_scale, out, ws, m_blk, n_blk, split, a_s, b_s, c_s, part, acc):
@@ -148,7 +149,7 @@ SPECS = (
     OpSpec(
         name="tkreg.fp8_gemm",
         doc="out[M, N] bf16 = DeepGEMM-style block-scaled a[M, K] e4m3 (1x128 scales) @ b[N, K]^T e4m3 "
-            "(128x128 scales); K, N % 16 == 0",
+            "(128x128 scales); K % 16 == 0, N % 8 == 0",
         tensors=(Tensor("a", ("M", "K"), dtypes=(FP8,)),
                  Tensor("a_scale", ("M", "(K + 127) // 128"), dtype="float32", strides=("sam", "sak")),
                  Tensor("b", ("N", "K"), dtype_of="a"),

@@ -15,6 +15,8 @@ sm_100a: one tcgen05 kernel (kernels_src/gemm_sm100.py), compiled and SASS-check
 """
 from tkreg.spec import OpSpec, Tensor, Variant
 
+from .gemm import fills
+
 FP8 = "float8_e4m3fn"
 GROUP = 128
 REDUCE_M, REDUCE_N = 4, 256
@@ -128,10 +130,6 @@ def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "
 # torch._scaled_mm.  192-row tiles are three consumer warpgroups (64 rows each); 128x256 spills
 # (two fp32 tiles per thread).  Decode M <= 16 swaps A and B (16 tokens on WGMMA's N side) with 16
 # stages of 64x128 weight tiles; split-K pays there for N <= 32 * SM_COUNT (few N tiles, long K).
-def _fills(bm, bn):
-    return f"4 * ((M + {bm - 1}) // {bm}) * ((N + {bn - 1}) // {bn}) >= 3 * SM_COUNT"
-
-
 CLASSES = (
     ("decode-16-wide", dict(block_M=16, block_N=128, stages=10, threads=128, splits=1, swap_ab=True),
      "M <= 16 and N >= 16384", 65),
@@ -140,8 +138,8 @@ CLASSES = (
     ("decode-16", dict(block_M=16, block_N=64, stages=16, threads=128, splits=1, swap_ab=True), "M <= 16", 55),
     ("large", dict(block_M=192, block_N=128, stages=4, threads=384, splits=1),
      "M > 128 and ((M + 191) // 192) * ((N + 127) // 128) >= 2 * SM_COUNT", 30),
-    ("mid-128", dict(block_M=128, block_N=128, stages=4, threads=256, splits=1), "M > 128 and " + _fills(128, 128), 20),
-    ("mid-64", dict(block_M=64, block_N=128, stages=4, threads=128, splits=1), _fills(64, 128), 10),
+    ("mid-128", dict(block_M=128, block_N=128, stages=4, threads=256, splits=1), "M > 128 and " + fills(128, 128), 20),
+    ("mid-64", dict(block_M=64, block_N=128, stages=4, threads=128, splits=1), fills(64, 128), 10),
     ("small", dict(block_M=64, block_N=64, stages=8, threads=128, splits=1), None, 0),
 )
 

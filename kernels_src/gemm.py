@@ -91,8 +91,8 @@ def _tiles(bm: int, bn: int) -> str:
     return f"((M + {bm - 1}) // {bm}) * ((N + {bn - 1}) // {bn})"
 
 
-def _fills(bm: int, bn: int) -> str:
-    """Rule: a grid of bm x bn tiles covers at least 3/4 of the SMs."""
+def fills(bm: int, bn: int) -> str:
+    """Rule: a grid of bm x bn tiles covers at least 3/4 of the SMs (fp8_gemm's classes use it too)."""
     return f"4 * {_tiles(bm, bn)} >= 3 * SM_COUNT"
 
 
@@ -104,13 +104,13 @@ CLASSES = (
      "M <= 16", 60),
     ("decode-32", dict(block_M=32, block_N=64, block_K=128, stages=8, threads=128, swap_ab=True),
      "M <= 32", 50),
-    ("large", dict(block_M=128, block_N=256, block_K=64, stages=4, threads=256), _fills(128, 256), 30),
-    ("mid-128", dict(block_M=128, block_N=128, block_K=128, stages=3, threads=256), _fills(128, 128), 20),
-    ("mid-64", dict(block_M=64, block_N=128, block_K=128, stages=4, threads=128), _fills(64, 128), 10),
+    ("large", dict(block_M=128, block_N=256, block_K=64, stages=4, threads=256), fills(128, 256), 30),
+    ("mid-128", dict(block_M=128, block_N=128, block_K=128, stages=3, threads=256), fills(128, 128), 20),
+    ("mid-64", dict(block_M=64, block_N=128, block_K=128, stages=4, threads=128), fills(64, 128), 10),
     ("small", dict(block_M=64, block_N=64, block_K=128, stages=6, threads=128), None, 0),
 )
 SM100_CLASSES = (
-    ("large", dict(block_M=128, block_N=256, block_K=64, stages=4, threads=128), _fills(128, 256), 30),
+    ("large", dict(block_M=128, block_N=256, block_K=64, stages=4, threads=128), fills(128, 256), 30),
     ("small", dict(block_M=128, block_N=128, block_K=64, stages=4, threads=128), None, 0),
 )
 

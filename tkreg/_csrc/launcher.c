@@ -622,7 +622,7 @@ static PyObject *dispatch(Op *o, PyObject *args, PyObject *kw, int mode, PyObjec
 
 static PyObject *Op_call(PyObject *self, PyObject *args, PyObject *kw) { return dispatch((Op *)self, args, kw, CALL, NULL); }
 
-/* check(args, kwargs, table=None) -> (device, bound, env, rows | None): what explain needs. */
+/* check(args, kwargs, table=None, cpu_sm_count=0) -> (device, bound, env, rows | None): what explain needs. */
 static PyObject *Op_check(PyObject *self, PyObject *a) {
     PyObject *args, *kw, *table = NULL;
     long long sm = 0; /* CPU tensors: the SM count explain(sm_count=) assumes; 0 = unknown */

@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import asdict
 
-from .timing import burst_us, copy_bandwidth, need_torch
+from .timing import burst_us, copy_bandwidth, need_torch, queued_ms
 
 
 DRIVER = "driver cuLaunchKernel (C loop, empty kernel)"
@@ -93,19 +93,9 @@ def bench_host_cost(progress, rounds=7, bursts=25, k=200):
     progress()
     res = {DRIVER: statistics.median(floor)} | {key: statistics.median(v) for key, v in samples.items()}
     res_above = {key: statistics.median(v) for key, v in above.items()}
-    # GPU time per launch with the launches already queued (behind a ~2 ms spin kernel): what a
+    # GPU time per launch with the launches already queued (queued_ms: behind a spin kernel): what a
     # steady loop of calls converges to once it outruns the GPU (why the rows above are bursts)
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-    per = []
-    for _ in range(5):
-        torch.cuda._sleep(4_000_000)
-        ev[0].record()
-        for _ in range(k):
-            op(x, w, 1e-6, out)
-        ev[1].record()
-        torch.cuda.synchronize()
-        per.append(ev[0].elapsed_time(ev[1]) * 1e3 / k)
-    res[GPU_TIME] = statistics.median(per)
+    res[GPU_TIME] = 1e3 * queued_ms(lambda: op(x, w, 1e-6, out), [()], reps=k)
     return res, res_above
 
 

@@ -90,16 +90,24 @@ def per_block_quant_fp8(w, ue8m0=False):
     return q, s
 
 
+def dequant_groups(q, s):
+    """fp32(q) * s for 1x128 groups, unrounded (any layout of s[M, ceil(K/128)]; fp8_gemm's oracle too)."""
+    return q.float() * s.float().repeat_interleave(GROUP, 1)[:, :q.shape[1]]
+
+
+def dequant_blocks(q, s):
+    """fp32(q) * s for 128x128 blocks, unrounded (s[ceil(N/128), ceil(K/128)])."""
+    n, k = q.shape
+    return q.float() * s.float().repeat_interleave(GROUP, 0)[:n].repeat_interleave(GROUP, 1)[:, :k]
+
+
 def per_token_group_dequant(q, s):
     import torch
-    m, k = q.shape
-    if k % GROUP:
-        raise ValueError(f"per_token_group_dequant: width {k} is not a multiple of 128")
-    return (q.float().view(m, k // GROUP, GROUP) * s.unsqueeze(-1)).view(m, k).to(torch.bfloat16)
+    if q.shape[1] % GROUP:
+        raise ValueError(f"per_token_group_dequant: width {q.shape[1]} is not a multiple of 128")
+    return dequant_groups(q, s).to(torch.bfloat16)
 
 
 def per_block_dequant(q, s):
     import torch
-    n, k = q.shape
-    full = s.repeat_interleave(GROUP, 0)[:n].repeat_interleave(GROUP, 1)[:, :k]
-    return (q.float() * full).to(torch.bfloat16)
+    return dequant_blocks(q, s).to(torch.bfloat16)

@@ -13,8 +13,5 @@ def gemm(a, b, bias=None):
 def fp8_gemm(a, a_scale, b, b_scale):
     """Dequantize (1x128 activation groups, 128x128 weight blocks), multiply in fp32, round to bf16."""
     import torch
-    m, k = a.shape
-    n = b.shape[0]
-    sa = a_scale.float().repeat_interleave(128, dim=1)[:, :k]
-    sb = b_scale.float().repeat_interleave(128, dim=0)[:n].repeat_interleave(128, dim=1)[:, :k]
-    return torch.matmul(a.float() * sa, (b.float() * sb).t()).to(torch.bfloat16)
+    from .fp8 import dequant_blocks, dequant_groups
+    return torch.matmul(dequant_groups(a, a_scale), dequant_blocks(b, b_scale).t()).to(torch.bfloat16)

@@ -11,6 +11,7 @@ import torch
 
 import tkreg
 from tkreg import reference
+from tkreg.reference import fp8 as ref8
 
 pytestmark = pytest.mark.gpu
 BF16, FP16, FP8 = torch.bfloat16, torch.float16, torch.float8_e4m3fn
@@ -89,10 +90,8 @@ def quantized(m, n, k, layout, ue8m0):
 
 
 def dequantized_product(qa, sa, qb, sb):
-    m, k = qa.shape
-    a = qa.double() * sa.double().repeat_interleave(128, 1)[:, :k]
-    b = qb.double() * sb.double().repeat_interleave(128, 0)[:qb.shape[0]].repeat_interleave(128, 1)[:, :k]
-    return a @ b.t()
+    """float64 product of the dequantized inputs (the dequantized values are exact in fp32 to 1 ulp)."""
+    return ref8.dequant_groups(qa, sa).double() @ ref8.dequant_blocks(qb, sb).double().t()
 
 
 @pytest.mark.parametrize("layout", ["row", "colmajor"])

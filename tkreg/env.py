@@ -8,6 +8,8 @@ SWITCHES = {
     "TKREG_PLUGINS": "comma-separated allow-list of plugin entry-point names to load",
     "TKREG_DISABLE_PLUGINS": "`1`: load no plugin packs",
     "TKREG_PACKS": "extra pack folders to load, separated by `:` (like tkreg.register_pack)",
+    "TKREG_CHECK_INDICES": "`1`: index inputs (offsets, page tables, expert ids) are checked on the host "
+                           "before launch (a device sync per call; for debugging)",
     "TKREG_DISABLE_SHIM": "`1`: read tensors through their Python attributes, not torch's C shim (slower)",
 }
 
@@ -30,6 +32,10 @@ def plugin_allow_list() -> set | None:
 
 def shim_disabled() -> bool:
     return os.environ.get("TKREG_DISABLE_SHIM", "").strip() not in ("", "0")
+
+
+def check_indices() -> bool:
+    return os.environ.get("TKREG_CHECK_INDICES", "").strip() not in ("", "0")
 
 
 def extra_packs() -> list[str]:

@@ -4,6 +4,7 @@ Each is one dict lookup and one call into the native launcher, which validates, 
 variant and launches; outputs are allocated unless `out=` is given.
 """
 from .activation import silu_and_mul, silu_and_mul_backward, swiglu  # noqa: F401
+from .attention import flash_attention, flash_attention_varlen  # noqa: F401
 from .fp8 import (per_block_dequant, per_block_quant_fp8, per_token_group_dequant,  # noqa: F401
                   per_token_group_quant_fp8, silu_and_mul_quant_fp8)
 from .gemm import fp8_gemm, gemm  # noqa: F401

@@ -1,0 +1,205 @@
+"""Flash attention forward (prefill): softmax(q k^T * scale) v per head, online softmax in fp32.
+
+    out[b, i, h, :] = sum_j p[i, j] v[b, j, h // G, :],  p = softmax_j(q[b, i, h] . k[b, j, h // G] * scale)
+    lse[b, h, i]    = log(sum_j exp(q . k * scale))      (natural log; -inf for a row that sees no key)
+
+GQA/MQA: G = HQ // HK query heads share a KV head.  Causal masks are bottom-right aligned (query i
+sees keys j <= i + Sk - Sq, FlashAttention's convention), so a row may see no key at all: its
+output is 0 and its lse -inf.  softmax_scale = 0 means 1 / sqrt(D).
+
+Each CTA owns block_M query rows of one head and walks the KV sequence in block_N tiles: TMA
+loads (tilelang adds a producer warpgroup), WGMMA for q k^T and p v, and the FA3-style software
+pipeline of tilelang's `example_gqa_fwd_bshd_wgmma_pipelined` (the softmax of tile n overlaps the
+q k^T of tile n + 1: `order`/`stage`/`group` below, which index the loop body's 15 statements,
+so keep their number).  q/k/v are read through their strides: slices of a fused qkv projection
+need no copy (the head dim must be contiguous; TMA needs 16-byte aligned strides).
+
+Varlen packs sequences as [total, H, D] with int32 cu_seqlens (FlashAttention's convention); the
+grid is (ceil(max_seqlen_q / block_M), HQ, batch) and CTAs past their sequence's end exit at once.
+Tiles that straddle a sequence boundary read the neighbour's rows (masked); outputs are stored
+row by row, never past the sequence.
+"""
+from tkreg.spec import OpSpec, Scalar, Tensor, Variant
+
+DTYPES = ("bfloat16", "float16")
+LOG2E = 1.4426950408889634
+MASKED = -1e30   # not -inf: a row masked in a whole tile must not give exp2(-inf + inf) = NaN
+
+
+def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages: int,
+                     threads: int, dtype: str = "bfloat16", fa3: bool = True):
+    import tilelang.language as T
+
+    f32 = "float32"
+    HQ, HK, D = T.dynamic("HQ"), T.dynamic("HK"), dim
+    sqs, sqh, sks, skh, svs, svh = (T.dynamic(n) for n in ("sqs", "sqh", "sks", "skh", "svs", "svh"))
+    # FA3 schedule (after tilelang's deleted wgmma_pipelined example): stage 0 = load K, q k^T and
+    # softmax of tile n; stage 1 = rescale, load V and p v of tile n - 1, emitted between the q k^T
+    # and the softmax so the tensor cores work while the softmax runs.  One entry per statement
+    # of the loop body (15), in source order.
+    pipe = dict(order=[0, 1, 2] + list(range(6, 15)) + [3, 4, 5],
+                stage=[0, 0, 0] + [0] * 9 + [1, 1, 1]) if fa3 else dict(num_stages=stages)
+
+    @T.macro
+    def body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0):
+        # q0 / k0: first row of this sequence in a packed tensor (varlen), else 0.
+        q_s = T.alloc_shared((block_M, D), dtype)
+        k_s = T.alloc_shared((block_N, D), dtype)
+        v_s = T.alloc_shared((block_N, D), dtype)
+        o_s = T.alloc_shared((block_M, D), dtype)
+        acc_s = T.alloc_fragment((block_M, block_N), f32)
+        acc_p = T.alloc_fragment((block_M, block_N), dtype)
+        acc_o = T.alloc_fragment((block_M, D), f32)
+        m = T.alloc_fragment((block_M,), f32)
+        m_prev = T.alloc_fragment((block_M,), f32)
+        rescale = T.alloc_fragment((block_M,), f32)
+        row_sum = T.alloc_fragment((block_M,), f32)
+        l = T.alloc_fragment((block_M,), f32)
+        hk = h // (HQ // HK)
+        r0 = bx * block_M
+        off = Sk - Sq                                   # bottom-right causal alignment
+        scale = T.if_then_else(softmax_scale > 0, softmax_scale, T.rsqrt(T.cast(D, f32))) * LOG2E
+
+        if varlen:
+            T.copy(q[q0 + r0:q0 + r0 + block_M, h, :], q_s)
+        else:
+            T.copy(q[b, r0:r0 + block_M, h, :], q_s)
+        T.fill(acc_o, 0)
+        T.fill(l, 0)
+        T.fill(m, -T.infinity(f32))
+        n_tiles = T.if_then_else(causal, T.max(T.min(T.ceildiv(Sk, block_N), T.ceildiv(r0 + block_M + off, block_N)), 0),
+                                 T.ceildiv(Sk, block_N))
+
+        for t in T.Pipelined(n_tiles, **pipe):
+            if varlen:
+                T.copy(k[k0 + t * block_N:k0 + (t + 1) * block_N, hk, :], k_s)
+            else:
+                T.copy(k[b, t * block_N:(t + 1) * block_N, hk, :], k_s)
+            for i, j in T.Parallel(block_M, block_N):   # (causal: valid rows mask j >= Sk anyway)
+                acc_s[i, j] = T.if_then_else(t * block_N + j >= Sk or (causal and r0 + i + off < t * block_N + j),
+                                             MASKED, 0)
+            T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(m, m_prev)
+            T.fill(m, -T.infinity(f32))
+            T.reduce_max(acc_s, m, dim=1, clear=False)
+            for i in T.Parallel(block_M):
+                m[i] = T.max(m[i], m_prev[i])
+            for i in T.Parallel(block_M):
+                rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
+            for i, j in T.Parallel(block_M, block_N):
+                acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m[i] * scale)
+            T.reduce_sum(acc_s, row_sum, dim=1)
+            for i in T.Parallel(block_M):
+                l[i] = l[i] * rescale[i] + row_sum[i]
+            T.copy(acc_s, acc_p)
+            for i, j in T.Parallel(block_M, D):
+                acc_o[i, j] *= rescale[i]
+            if varlen:
+                T.copy(v[k0 + t * block_N:k0 + (t + 1) * block_N, hk, :], v_s)
+            else:
+                T.copy(v[b, t * block_N:(t + 1) * block_N, hk, :], v_s)
+            T.gemm(acc_p, v_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+
+        # A row that sees no key gets 0 and lse -inf.  Causal: exactly the rows with i + off < 0
+        # (the others see key 0, in the first tile); else only Sk == 0 (no tile ran: l = 0).
+        seen = T.alloc_fragment((block_M,), "bool")
+        for i in T.Parallel(block_M):
+            seen[i] = T.if_then_else(causal, r0 + i + off >= 0, l[i] > 0)
+        for i, j in T.Parallel(block_M, D):
+            acc_o[i, j] = T.if_then_else(seen[i], acc_o[i, j] / l[i], 0)
+        for i in T.Parallel(block_M):
+            if r0 + i < Sq:
+                lse_v = T.if_then_else(seen[i], (T.log2(l[i]) + m[i] * scale) / LOG2E, -T.infinity(f32))
+                if varlen:
+                    lse[h, q0 + r0 + i] = lse_v
+                else:
+                    lse[b, h, r0 + i] = lse_v
+        T.copy(acc_o, o_s)
+        if varlen:
+            for i, j in T.Parallel(block_M, D):
+                if r0 + i < Sq:
+                    out[q0 + r0 + i, h, j] = o_s[i, j]
+        else:
+            T.copy(o_s, out[b, r0:r0 + block_M, h, :])   # TMA store, clipped at Sq
+
+    if varlen:
+        TQ, TK, NB = T.dynamic("TQ"), T.dynamic("TK"), T.dynamic("NB")
+
+        @T.prim_func
+        def flash_attention_varlen(q: T.StridedTensor((TQ, HQ, D), (sqs, sqh, 1), dtype),
+                                   k: T.StridedTensor((TK, HK, D), (sks, skh, 1), dtype),
+                                   v: T.StridedTensor((TK, HK, D), (svs, svh, 1), dtype),
+                                   cu_seqlens_q: T.Tensor((NB,), "int32"), cu_seqlens_k: T.Tensor((NB,), "int32"),
+                                   out: T.Tensor((TQ, HQ, D), dtype), lse: T.Tensor((HQ, TQ), f32),
+                                   max_seqlen_q: T.int32, causal: T.bool, softmax_scale: T.float32):
+            with T.Kernel(T.ceildiv(max_seqlen_q, block_M), HQ, NB - 1, threads=threads) as (bx, h, b):
+                q0, k0 = cu_seqlens_q[b], cu_seqlens_k[b]
+                Sq, Sk = cu_seqlens_q[b + 1] - q0, cu_seqlens_k[b + 1] - k0
+                if bx * block_M < Sq:
+                    body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0)
+        return flash_attention_varlen
+
+    B, Sq, Sk = T.dynamic("B"), T.dynamic("Sq"), T.dynamic("Sk")
+    sqb, skb, svb = T.dynamic("sqb"), T.dynamic("skb"), T.dynamic("svb")
+
+    @T.prim_func
+    def flash_attention(q: T.StridedTensor((B, Sq, HQ, D), (sqb, sqs, sqh, 1), dtype),
+                        k: T.StridedTensor((B, Sk, HK, D), (skb, sks, skh, 1), dtype),
+                        v: T.StridedTensor((B, Sk, HK, D), (svb, svs, svh, 1), dtype),
+                        out: T.Tensor((B, Sq, HQ, D), dtype), lse: T.Tensor((B, HQ, Sq), f32),
+                        causal: T.bool, softmax_scale: T.float32):
+        with T.Kernel(T.ceildiv(Sq, block_M), HQ, B, threads=threads) as (bx, h, b):
+            body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, 0, 0)
+    return flash_attention
+
+
+# (head dim) -> tile config, measured on the H200 (BENCHMARKS.md, docs/attention-tuning.md).
+CONFIGS = {
+    128: dict(block_M=128, block_N=128, stages=2, threads=256),
+    64: dict(block_M=128, block_N=128, stages=2, threads=256),
+}
+FAST_EXP = {"tl.enable_fast_math": True}   # exp2 -> ex2.approx: 2 ulp, far inside the 2e-3 bar
+SM90 = dict(fa3=True)
+SM100 = dict(fa3=False)   # plain T.gemm lowers to mma.sync there: compiled, not tuned, never run
+
+
+def _variants(varlen: bool) -> tuple:
+    out = []
+    for arch, extra in (("sm_90a", SM90), ("sm_100a", SM100)):
+        for d, cfg in CONFIGS.items():
+            for dtype in DTYPES:
+                out.append(Variant(dict(cfg, **extra, dim=d, varlen=varlen, dtype=dtype),
+                                   rule="HQ % HK == 0", archs=(arch,), pass_configs=FAST_EXP))
+    return tuple(out)
+
+
+_SCALE = Scalar("softmax_scale", "float32", 0.0)
+_CAUSAL = Scalar("causal", "bool", False)
+_REF = "tkreg.reference.attention:"
+
+SPECS = (
+    OpSpec(
+        name="tkreg.flash_attention",
+        doc="q[B, Sq, HQ, D], k/v[B, Sk, HK, D] (HQ % HK == 0, D 64 or 128) -> out[B, Sq, HQ, D], "
+            "lse[B, HQ, Sq] fp32; causal bottom-right aligned; softmax_scale 0 = 1/sqrt(D)",
+        tensors=(Tensor("q", ("B", "Sq", "HQ", "D"), dtypes=DTYPES, strides=("sqb", "sqs", "sqh", 1)),
+                 Tensor("k", ("B", "Sk", "HK", "D"), dtype_of="q", strides=("skb", "sks", "skh", 1)),
+                 Tensor("v", ("B", "Sk", "HK", "D"), dtype_of="q", strides=("svb", "svs", "svh", 1)),
+                 Tensor("out", ("B", "Sq", "HQ", "D"), dtype_of="q", role="output"),
+                 Tensor("lse", ("B", "HQ", "Sq"), dtype="float32", role="output")),
+        scalars=(_CAUSAL, _SCALE), factory=attention_kernel,
+        variants=_variants(False), reference=_REF + "flash_attention"),
+    OpSpec(
+        name="tkreg.flash_attention_varlen",
+        doc="packed q[TQ, HQ, D], k/v[TK, HK, D], cu_seqlens_q/k[batch + 1] int32 -> out[TQ, HQ, D], "
+            "lse[HQ, TQ] fp32 (FlashAttention's varlen convention)",
+        tensors=(Tensor("q", ("TQ", "HQ", "D"), dtypes=DTYPES, strides=("sqs", "sqh", 1)),
+                 Tensor("k", ("TK", "HK", "D"), dtype_of="q", strides=("sks", "skh", 1)),
+                 Tensor("v", ("TK", "HK", "D"), dtype_of="q", strides=("svs", "svh", 1)),
+                 Tensor("cu_seqlens_q", ("NB",), dtype="int32"),
+                 Tensor("cu_seqlens_k", ("NB",), dtype="int32"),
+                 Tensor("out", ("TQ", "HQ", "D"), dtype_of="q", role="output"),
+                 Tensor("lse", ("HQ", "TQ"), dtype="float32", role="output")),
+        scalars=(Scalar("max_seqlen_q", "int32"), Scalar("max_seqlen_k", "int32"), _CAUSAL, _SCALE),
+        factory=attention_kernel, variants=_variants(True), reference=_REF + "flash_attention_varlen"),
+)

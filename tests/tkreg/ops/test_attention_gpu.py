@@ -1,0 +1,161 @@
+"""Flash attention on a real GPU, from the installed wheel, against the fp32 torch reference.
+
+The reference runs on fp32 copies of the inputs and is not rounded, so the bar (relative
+Frobenius error <= 2e-3 for the output, 1e-3 absolute for lse) covers the kernel's bf16 P matrix
+and its output rounding (~1.1e-3 for bf16 alone).  Varlen must equal the fixed-length kernel on
+each sequence bit for bit: same tiles, same math, only the addressing differs.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tkreg
+from tkreg import reference
+
+pytestmark = pytest.mark.gpu
+BF16, FP16 = torch.bfloat16, torch.float16
+ops = tkreg.ops
+NEG_INF = float("-inf")
+
+
+def rel_err(got, want):
+    got, want = got.double(), want.double()
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+def qkv(b, sq, sk, hq, hk, d, dt):
+    return (torch.randn(b, sq, hq, d, dtype=dt, device="cuda"), torch.randn(b, sk, hk, d, dtype=dt, device="cuda"),
+            torch.randn(b, sk, hk, d, dtype=dt, device="cuda"))
+
+
+def check(out, lse, q, k, v, causal, scale=0.0, what=""):
+    ro, rl = reference.flash_attention(q.float(), k.float(), v.float(), causal, scale)
+    assert not out.isnan().any() and not lse.isnan().any(), what
+    if ro.norm() > 0:
+        assert rel_err(out, ro) <= 2e-3, (what, rel_err(out, ro))
+    fin = torch.isfinite(rl)
+    assert torch.equal(torch.isfinite(lse), fin), what
+    assert (lse[~fin] == NEG_INF).all() and (out.float().abs().amax(-1)[rl.transpose(1, 2) == NEG_INF] == 0).all(), what
+    if fin.any():
+        assert (lse[fin] - rl[fin]).abs().max().item() <= 1e-3, what
+
+
+# (B, Sq, Sk, HQ, HK): MHA, GQA, MQA, odd lengths, Sq != Sk both ways (bottom-right causal)
+SHAPES = [(1, 1, 1, 4, 4), (2, 17, 17, 8, 2), (1, 300, 300, 6, 1), (1, 77, 333, 4, 4), (1, 333, 77, 4, 2),
+          (1, 4095, 4095, 2, 1)]
+
+
+@pytest.mark.parametrize("dt", [BF16, FP16])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_matches_fp32_reference(shape, causal, d, dt, seed):
+    q, k, v = qkv(*shape, d, dt)
+    out, lse = ops.flash_attention(q, k, v, causal=causal)
+    assert out.shape == q.shape and out.dtype == dt and lse.shape == (shape[0], shape[3], shape[1])
+    check(out, lse, q, k, v, causal, what=(shape, causal, d, dt))
+
+
+def test_softmax_scale_and_empty_rows(seed):
+    q, k, v = qkv(1, 200, 50, 4, 2, 128, BF16)
+    out, lse = ops.flash_attention(q, k, v, causal=True, softmax_scale=0.3)
+    check(out, lse, q, k, v, True, 0.3)
+    assert (out[0, :150] == 0).all() and (lse[0, :, :150] == NEG_INF).all()   # rows that see no key
+    out, lse = ops.flash_attention(q[:, :0], k, v)
+    assert out.shape == (1, 0, 4, 128) and lse.shape == (1, 4, 0)
+
+
+def test_strided_views_of_a_fused_qkv_need_no_copy(seed):
+    b, s, hq, hk, d = 2, 257, 8, 2, 128
+    fused = torch.randn(b, s, (hq + 2 * hk) * d, dtype=BF16, device="cuda")
+    q = fused[..., :hq * d].view(b, s, hq, d)
+    k = fused[..., hq * d:(hq + hk) * d].view(b, s, hk, d)
+    v = fused[..., (hq + hk) * d:].view(b, s, hk, d)
+    assert not q.is_contiguous()
+    for causal in (False, True):
+        got = ops.flash_attention(q, k, v, causal=causal)
+        want = ops.flash_attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def _packed(lens_q, lens_k, hq, hk, d, dt):
+    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
+    q = torch.randn(int(cu_q[-1]), hq, d, dtype=dt, device="cuda")
+    k = torch.randn(int(cu_k[-1]), hk, d, dtype=dt, device="cuda")
+    v = torch.randn(int(cu_k[-1]), hk, d, dtype=dt, device="cuda")
+    return q, k, v, cu_q, cu_k
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_varlen_equals_each_sequence_alone(causal, d, seed):
+    lens = [1, 8192, 17, 0, 300, 4095, 2, 1000, 129, 128, 5, 2048, 64, 3000, 1, 777]   # 16 sequences
+    lens_k = [n if i % 3 else n + 37 for i, n in enumerate(lens)]                   # some Sk > Sq
+    q, k, v, cu_q, cu_k = _packed(lens, lens_k, 8, 2, d, BF16)
+    out, lse = ops.flash_attention_varlen(q, k, v, cu_q, cu_k, max(lens), max(lens_k), causal=causal)
+    assert out.shape == q.shape and lse.shape == (8, q.shape[0])
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    for i in range(len(lens)):
+        if not lens[i]:
+            continue
+        one = ops.flash_attention(q[None, cq[i]:cq[i + 1]], k[None, ck[i]:ck[i + 1]], v[None, ck[i]:ck[i + 1]],
+                                  causal=causal)
+        assert torch.equal(out[cq[i]:cq[i + 1]], one[0][0]), i
+        assert torch.equal(lse[:, cq[i]:cq[i + 1]], one[1][0]), i
+    for i in (0, 2, 4):   # and a few against the fp32 reference
+        sl, kl = slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])
+        check(out[None, sl], lse[None, :, sl], q[None, sl], k[None, kl], v[None, kl], causal)
+
+
+def test_varlen_empty_sequences_give_no_nan(seed):
+    q, k, v, cu_q, cu_k = _packed([5, 3], [0, 4], 4, 4, 128, FP16)
+    out, lse = ops.flash_attention_varlen(q, k, v, cu_q, cu_k, 5, 4)
+    assert (out[:5] == 0).all() and (lse[:, :5] == NEG_INF).all() and not out.isnan().any()
+
+
+def test_bad_inputs_are_clear_errors(monkeypatch):
+    q, k, v = qkv(1, 16, 16, 5, 3, 128, BF16)
+    with pytest.raises(Exception, match="HQ % HK"):
+        ops.flash_attention(q, k, v)
+    q, k, v = qkv(1, 16, 16, 4, 2, 128, BF16)
+    with pytest.raises(Exception, match="v"):
+        ops.flash_attention(q, k, v[:, :, :1])                       # k and v head counts differ
+    with pytest.raises(Exception, match="D|dim|rule"):
+        ops.flash_attention(*qkv(1, 16, 16, 4, 2, 96, BF16))         # no d96 kernel
+    q, k, v, cu_q, cu_k = _packed([5, 3], [5, 3], 4, 4, 128, BF16)
+    with pytest.raises(TypeError, match="cu_seqlens_q"):
+        ops.flash_attention_varlen(q, k, v, cu_q.long(), cu_k, 5, 5)
+    monkeypatch.setenv("TKREG_CHECK_INDICES", "1")
+    bad = torch.tensor([0, 6, 5], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="cu_seqlens_q must be non-decreasing"):
+        ops.flash_attention_varlen(q, k, v, bad, cu_k, 5, 5)
+    with pytest.raises(ValueError, match="max_seqlen_q=4"):
+        ops.flash_attention_varlen(q, k, v, cu_q, cu_k, 4, 5)
+
+
+def test_attention_block_compiles_fullgraph(seed):
+    """rms_norm -> qkv gemm -> rotary -> flash_attention -> o gemm, compiled whole, equals eager."""
+    t, hidden, hq, hk, d = 256, 1024, 8, 2, 128
+    x = torch.randn(1, t, hidden, dtype=BF16, device="cuda")
+    w_norm = torch.rand(hidden, dtype=BF16, device="cuda") + 0.5
+    w_qkv = torch.randn((hq + 2 * hk) * d, hidden, dtype=BF16, device="cuda") / hidden ** 0.5
+    w_o = torch.randn(hidden, hq * d, dtype=BF16, device="cuda") / (hq * d) ** 0.5
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2, dtype=torch.float32, device="cuda") / d))
+    f = torch.outer(torch.arange(t, dtype=torch.float32, device="cuda"), inv)
+    cache = torch.cat((f.cos(), f.sin()), dim=-1).to(BF16)
+    pos = torch.arange(t, device="cuda")
+
+    def block(x):
+        h = ops.rms_norm(x.view(t, hidden), w_norm)
+        qkv_ = ops.gemm(h, w_qkv)
+        q, k, v = qkv_.split([hq * d, hk * d, hk * d], dim=-1)
+        q, k = q.contiguous(), k.contiguous()
+        ops.rotary_embedding(pos, q, k, cache)
+        o, _ = ops.flash_attention(q.view(1, t, hq, d), k.view(1, t, hk, d), v.view(1, t, hk, d), causal=True)
+        return ops.gemm(o.view(t, hq * d), w_o)
+
+    eager = block(x)
+    compiled = torch.compile(block, fullgraph=True)(x)
+    assert torch.equal(compiled, eager)

@@ -9,6 +9,8 @@ SWITCHES = {
     "TKREG_DISABLE_PLUGINS": "`1`: load no plugin packs",
     "TKREG_PACKS": "extra pack folders to load, separated by `:` (like tkreg.register_pack)",
     "TKREG_DISABLE_SHIM": "`1`: read tensors through their Python attributes, not torch's C shim (slower)",
+    "TKREG_CHECK_GROUPS": "`1`: grouped GEMMs copy group_offsets / counts to the host and check them before "
+                          "launch (a sync per call; skipped under torch.compile and CUDA-graph capture)",
 }
 
 
@@ -30,6 +32,10 @@ def plugin_allow_list() -> set | None:
 
 def shim_disabled() -> bool:
     return os.environ.get("TKREG_DISABLE_SHIM", "").strip() not in ("", "0")
+
+
+def check_groups() -> bool:
+    return os.environ.get("TKREG_CHECK_GROUPS", "").strip() not in ("", "0")
 
 
 def extra_packs() -> list[str]:

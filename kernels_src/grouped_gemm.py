@@ -27,8 +27,9 @@ index out with int32 (variant rule: out's element count < 2^31).
 Tiles follow kernels_src/gemm.py / fp8_gemm.py (TMA loads, T.Pipelined K loop warp-specialized by
 tilelang, WGMMA): bf16 128x256x64 (4 stages) where the grid covers the SMs, else 128x128x128;
 masked with Mmax <= 64: 64x128.  FP8: 128x128 (the dense 192-row tile would straddle experts);
-Mmax <= 64: 64x128.  sm_100a gets the same kernels (T.gemm lowers to mma.sync there; no tcgen05
-port yet): compiled, never run.
+Mmax <= 64: 64x128.  sm_100a: bf16/fp16 on tcgen05 (kernels_src/grouped_gemm_sm100.py, 128-row
+tiles); FP8 runs this Hopper kernel there (T.gemm lowers to mma.sync: slow).  Compiled and
+SASS-checked, never run.
 """
 from tkreg.spec import OpSpec, Tensor, Variant
 
@@ -117,10 +118,10 @@ def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: i
             if valid > 0:
                 store(acc, c_s, out, e, m0, n0, hi)
 
-    return _prim_func(T, body, contiguous, M, N, K, E, in_dt, out_dt, fp8)
+    return prim_func(T, body, contiguous, M, N, K, E, in_dt, out_dt, fp8)
 
 
-def _prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: str, fp8: bool):
+def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: str, fp8: bool):
     """The op's kernel signature around `body(a, a_scale, b, b_scale, groups, out)` (no scales: None)."""
     KB = T.ceildiv(K, GROUP)
     if contiguous:
@@ -153,8 +154,13 @@ def _prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: 
     return grouped_gemm_masked
 
 
-def factory(arch: str = "sm_90a", shape_class: str = "", **params):
-    """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it."""
+def factory(arch: str = "sm_90a", shape_class: str = "", mma: str = "wgmma", **params):
+    """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it.
+    `mma="tcgen05"`: the sm_100a kernel (kernels_src/grouped_gemm_sm100.py)."""
+    if mma == "tcgen05":
+        from .grouped_gemm_sm100 import grouped_tcgen05_kernel
+        params.pop("fp8")
+        return grouped_tcgen05_kernel(**params)
     return grouped_kernel(**params)
 
 
@@ -178,18 +184,25 @@ FP8_CLASSES = {
     "contiguous": (("mid", FP8_MID, None, 0),),
     "masked": (("mid", FP8_MID, "M > 64", 10), ("small", FP8_SMALL, None, 0)),
 }
+# sm_100a bf16/fp16: tcgen05 kernels, 128-row tiles only (one TMEM lane per row), as gemm_sm100's.
+SM100_CLASSES = {
+    "contiguous": (("large", dict(block_M=128, block_N=256, block_K=64, stages=4, threads=128),
+                    _fills(128, 256, "M"), 10),
+                   ("mid", dict(block_M=128, block_N=128, block_K=64, stages=4, threads=128), None, 0)),
+    "masked": (("mid", dict(block_M=128, block_N=128, block_K=64, stages=4, threads=128), None, 0),),
+}
 OUT32 = {"contiguous": f"M * N <= {INT32_MAX}", "masked": f"E * M * N <= {INT32_MAX}"}
 
 
-def _variants(classes, layout: str, dtypes, fp8: bool) -> tuple:
+def _variants(classes, layout: str, dtypes, fp8: bool, archs=None, **extra) -> tuple:
     out = []
     for name, params, rule, prio in classes[layout]:
         for dt in dtypes:
-            p = dict(params, layout=layout, shape_class=name, fp8=fp8)
+            p = dict(params, layout=layout, shape_class=name, fp8=fp8, **extra)
             if not fp8:
                 p["dtype"] = dt
             full = f"E <= {2**LOG_E - 1} and {OUT32[layout]}" + (f" and ({rule})" if rule else "")
-            out.append(Variant(p, rule=full, priority=prio))   # both archs: the same kernel
+            out.append(Variant(p, rule=full, priority=prio, archs=archs))
     return tuple(out)
 
 
@@ -224,9 +237,13 @@ _DOCS = {
 
 
 def _spec(name: str, layout: str, fp8: bool) -> OpSpec:
-    classes = FP8_CLASSES if fp8 else BF16_CLASSES
+    if fp8:   # the Hopper kernel on both archs (mma.sync on sm_100a)
+        variants = _variants(FP8_CLASSES, layout, (FP8,), True)
+    else:
+        variants = (_variants(BF16_CLASSES, layout, DTYPES, False, archs=("sm_90a",))
+                    + _variants(SM100_CLASSES, layout, DTYPES, False, archs=("sm_100a",), mma="tcgen05"))
     return OpSpec(name=f"tkreg.{name}", doc=_DOCS[name], tensors=_tensors(layout, fp8), factory=factory,
-                  variants=_variants(classes, layout, (FP8,) if fp8 else DTYPES, fp8),
+                  variants=variants,
                   reference=f"tkreg.reference.grouped_gemm:{name}", index64=True)
 
 

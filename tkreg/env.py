@@ -8,8 +8,9 @@ SWITCHES = {
     "TKREG_PLUGINS": "comma-separated allow-list of plugin entry-point names to load",
     "TKREG_DISABLE_PLUGINS": "`1`: load no plugin packs",
     "TKREG_PACKS": "extra pack folders to load, separated by `:` (like tkreg.register_pack)",
-    "TKREG_CHECK_INDICES": "`1`: index inputs (offsets, page tables, expert ids) are checked on the host "
-                           "before launch (a device sync per call; for debugging)",
+    "TKREG_CHECK_INDICES": "`1`: index inputs (sequence and group offsets, counts, page tables, expert ids) "
+                           "are copied to the host and checked before launch (a sync per call; skipped under "
+                           "torch.compile and CUDA-graph capture; for debugging)",
     "TKREG_DISABLE_SHIM": "`1`: read tensors through their Python attributes, not torch's C shim (slower)",
 }
 

@@ -12,6 +12,17 @@ except ImportError:  # torch < 2.3: no compile routing, eager only
         return False
 
 
+def checking() -> bool:
+    """TKREG_CHECK_INDICES=1 asks the typed functions to copy index inputs (offsets, counts, page
+    tables) to the host and check them before launch; never while tracing or capturing a graph,
+    where a device-to-host copy is impossible."""
+    from .. import env
+    if not env.check_indices() or compiling():
+        return False
+    import torch
+    return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
 def _registered(name: str) -> str:
     """Registers `name` as a torch op if it is not yet, and returns it.  Marked as Dynamo's
     assume_constant_result (below): Dynamo runs it for real while tracing and takes the result

@@ -5,9 +5,8 @@ Both return (out, lse): lse is the fp32 natural-log sum of exp of each query row
 """
 from __future__ import annotations
 
-from .. import env
 from ..runtime import OPS
-from ._route import compiling, graph
+from ._route import checking, compiling, graph
 
 
 def _scale(softmax_scale) -> float:
@@ -40,7 +39,7 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: in
     rows of q past cu_seqlens_q[-1] are left unwritten.  With TKREG_CHECK_INDICES=1 the offsets
     are checked (monotone, within the tensors, max_seqlen_q honest) at the cost of a device sync.
     """
-    if env.check_indices() and not compiling():
+    if checking():
         _check_offsets("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q)
         _check_offsets("cu_seqlens_k", cu_seqlens_k, k.shape[0], None)
     return _call("tkreg.flash_attention_varlen", out, lse, q, k, v, cu_seqlens_q, cu_seqlens_k,

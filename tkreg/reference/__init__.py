@@ -9,5 +9,7 @@ from .fp8 import (per_block_dequant, per_block_quant_fp8, per_token_group_dequan
                   per_token_group_quant_fp8, per_token_group_quant_fp8_colmajor,
                   silu_and_mul_quant_fp8, silu_and_mul_quant_fp8_colmajor)
 from .gemm import gemm  # noqa: F401
+from .grouped_gemm import (fp8_grouped_gemm, fp8_grouped_gemm_masked, grouped_gemm,  # noqa: F401
+                           grouped_gemm_masked)
 from .norm import fused_add_rms_norm, rms_norm, rms_norm_backward  # noqa: F401
 from .rotary import rotary_embedding  # noqa: F401

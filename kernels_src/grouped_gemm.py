@@ -1,0 +1,255 @@
+"""Grouped GEMMs for MoE experts: out rows of expert e = a rows of e @ b[e]^T, fp32 accumulation.
+
+Two layouts, each in bf16/fp16 and in FP8 block-scaled form (DeepGEMM semantics, as
+kernels_src/fp8_gemm.py: e4m3 inputs, a_scale per 1x128 activation group read through its
+strides, b_scale[E, ceil(N/128), ceil(K/128)] per 128x128 weight block, bf16 out):
+
+  contiguous  a[M, K], b[E, N, K], group_offsets[E + 1] int32 -> out[M, N].  Rows of expert e are
+              a[offsets[e]:offsets[e + 1]].  Every segment starts at a multiple of ALIGN = 128
+              rows (DeepGEMM's `get_m_alignment_for_contiguous_layout`; tkreg's routing pads each
+              expert's segment to it), so a 128-row tile never straddles two experts; offsets[E]
+              may be anything <= M and the last segment may end anywhere.  Grid: N tiles x
+              ceil(M / block_M) M tiles; each M tile finds its expert by binary search over the
+              offsets (<= 12 L1-resident loads; E <= 4095).  Tiles in no segment (past
+              offsets[E], or empty experts' nothing) run no K loop and store nothing.
+  masked      a[E, Mmax, K], b[E, N, K], counts[E] int32 -> out[E, Mmax, N] (DeepEP low-latency
+              output): grid N tiles x M tiles x E; a CTA whose first row is >= counts[e] (clamped
+              to [0, Mmax]) runs no K loop and stores nothing, so the work follows the counts on
+              the device and a CUDA graph replays with changed counts.
+
+Output rows outside every segment (contiguous: past offsets[E] or before offsets[0]; masked: rows
+>= counts[e]) are never written: they keep whatever the output buffer held (torch.empty garbage
+when tkreg allocates it).  Full tiles store through TMA; a segment's last, partial tile stores
+element by element under a row mask.  a, b and out are read/written by TMA only (3-D boxes for
+b[e] and the masked a/out), so b may exceed 2^31 elements (index64); the partial-tile stores
+index out with int32 (variant rule: out's element count < 2^31).
+
+Tiles follow kernels_src/gemm.py / fp8_gemm.py (TMA loads, T.Pipelined K loop warp-specialized by
+tilelang, WGMMA): bf16 128x256x64 (4 stages) where the grid covers the SMs, else 128x128x128;
+masked with Mmax <= 64: 64x128.  FP8: 128x128 (the dense 192-row tile would straddle experts);
+Mmax <= 64: 64x128.  sm_100a: bf16/fp16 on tcgen05 (kernels_src/grouped_gemm_sm100.py, 128-row
+tiles); FP8 runs this Hopper kernel there (T.gemm lowers to mma.sync: slow).  Compiled and
+SASS-checked, never run.
+"""
+from tkreg.spec import OpSpec, Tensor, Variant
+
+DTYPES = ("bfloat16", "float16")
+FP8 = "float8_e4m3fn"
+GROUP = 128      # FP8 scale group along K (and N for weights)
+ALIGN = 128      # contiguous layout: every expert segment starts at a multiple of this
+LOG_E = 12       # binary-search depth: E <= 2^12 - 1 experts
+INT32_MAX = 2**31 - 1
+
+
+def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: int, threads: int,
+                   block_K: int = GROUP, dtype: str = "bfloat16"):
+    """Both layouts, bf16/fp16 (`fp8=False`) or FP8 block-scaled (fp8_gemm's 2xAcc tile: one WGMMA
+    chain per 128-wide K block into `part`, promoted into `acc` with a_scale[row, kb] *
+    b_scale[e, n // 128, kb]; block_N divides 128, so one b scale per tile and K block)."""
+    import tilelang.language as T
+
+    contiguous = layout == "contiguous"
+    assert ALIGN % block_M == 0 and (not fp8 or (block_K == GROUP and GROUP % block_N == 0))
+    in_dt, out_dt = (FP8, "bfloat16") if fp8 else (dtype, dtype)
+    M, N, K, E = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E")
+    iters = T.ceildiv(K, block_K)
+
+    @T.macro
+    def store(acc, c_s, out, e, m0, n0, hi):
+        """acc -> out: TMA when all the tile's rows are < hi, else row-masked element stores."""
+        if m0 + block_M <= hi:
+            T.copy(acc, c_s)
+            if contiguous:
+                T.copy(c_s, out[m0, n0])
+            else:
+                T.copy(c_s, out[e, m0, n0])
+        else:
+            for i, j in T.Parallel(block_M, block_N):
+                if m0 + i < hi and n0 + j < N:
+                    if contiguous:
+                        out[m0 + i, n0 + j] = T.cast(acc[i, j], out_dt)
+                    else:
+                        out[e, m0 + i, n0 + j] = T.cast(acc[i, j], out_dt)
+
+    @T.macro
+    def body(a, a_scale, b, b_scale, groups, out):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), 1 if contiguous else E,
+                      threads=threads) as (bx, by, bz):
+            a_s = T.alloc_shared((block_M, block_K), in_dt)
+            b_s = T.alloc_shared((block_N, block_K), in_dt)
+            c_s = T.alloc_shared((block_M, block_N), out_dt)
+            acc = T.alloc_fragment((block_M, block_N), "float32")
+            part = T.alloc_fragment((block_M, block_N), "float32") if fp8 else None
+            e = T.alloc_var("int32")
+            hi = T.alloc_var("int32")
+            valid = T.alloc_var("int32")
+            T.use_swizzle(panel_size=10)
+            m0, n0 = by * block_M, bx * block_N
+            if contiguous:
+                # The expert holding row m0: the largest e with offsets[e] <= m0 (binary lifting).
+                e = 0
+                for bit in T.unroll(LOG_E):
+                    if e + (1 << (LOG_E - 1 - bit)) <= E:
+                        if groups[e + (1 << (LOG_E - 1 - bit))] <= m0:
+                            e = e + (1 << (LOG_E - 1 - bit))
+                valid = T.if_then_else(T.And(e < E, groups[0] <= m0), 1, 0)
+                hi = groups[T.min(e + 1, E)]
+            else:
+                e = bz
+                hi = T.max(T.min(groups[bz], M), 0)
+                valid = T.if_then_else(m0 < hi, 1, 0)
+            T.clear(acc)
+            for k in T.Pipelined(iters * valid, num_stages=stages):
+                if contiguous:
+                    T.copy(a[m0, k * block_K], a_s)
+                else:
+                    T.copy(a[e, m0, k * block_K], a_s)
+                T.copy(b[e, n0, k * block_K], b_s)
+                if fp8:
+                    T.gemm(a_s, b_s, part, transpose_B=True, clear_accum=True)
+                    sb = b_scale[e, n0 // GROUP, k]
+                    for i, j in T.Parallel(block_M, block_N):
+                        if contiguous:
+                            acc[i, j] += part[i, j] * (a_scale[T.min(m0 + i, M - 1), k] * sb)
+                        else:
+                            acc[i, j] += part[i, j] * (a_scale[e, T.min(m0 + i, M - 1), k] * sb)
+                else:
+                    T.gemm(a_s, b_s, acc, transpose_B=True)
+            if valid > 0:
+                store(acc, c_s, out, e, m0, n0, hi)
+
+    return prim_func(T, body, contiguous, M, N, K, E, in_dt, out_dt, fp8)
+
+
+def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: str, fp8: bool):
+    """The op's kernel signature around `body(a, a_scale, b, b_scale, groups, out)` (no scales: None)."""
+    KB = T.ceildiv(K, GROUP)
+    if contiguous:
+        A, O, G = T.Tensor((M, K), in_dtype), T.Tensor((M, N), out_dtype), T.Tensor((E + 1,), "int32")
+        SA = T.StridedTensor((M, KB), (T.dynamic("sam"), T.dynamic("sak")), "float32")
+    else:
+        A, O, G = T.Tensor((E, M, K), in_dtype), T.Tensor((E, M, N), out_dtype), T.Tensor((E,), "int32")
+        SA = T.StridedTensor((E, M, KB), (T.dynamic("sae"), T.dynamic("sam"), T.dynamic("sak")), "float32")
+    B = T.Tensor((E, N, K), in_dtype)
+    SB = T.Tensor((E, T.ceildiv(N, GROUP), KB), "float32")
+    if fp8 and contiguous:
+        @T.prim_func
+        def fp8_grouped_gemm(a: A, a_scale: SA, b: B, b_scale: SB, group_offsets: G, out: O):
+            body(a, a_scale, b, b_scale, group_offsets, out)
+        return fp8_grouped_gemm
+    if fp8:
+        @T.prim_func
+        def fp8_grouped_gemm_masked(a: A, a_scale: SA, b: B, b_scale: SB, counts: G, out: O):
+            body(a, a_scale, b, b_scale, counts, out)
+        return fp8_grouped_gemm_masked
+    if contiguous:
+        @T.prim_func
+        def grouped_gemm(a: A, b: B, group_offsets: G, out: O):
+            body(a, None, b, None, group_offsets, out)
+        return grouped_gemm
+
+    @T.prim_func
+    def grouped_gemm_masked(a: A, b: B, counts: G, out: O):
+        body(a, None, b, None, counts, out)
+    return grouped_gemm_masked
+
+
+def factory(arch: str = "sm_90a", shape_class: str = "", mma: str = "wgmma", **params):
+    """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it.
+    `mma="tcgen05"`: the sm_100a kernel (kernels_src/grouped_gemm_sm100.py)."""
+    if mma == "tcgen05":
+        from .grouped_gemm_sm100 import grouped_tcgen05_kernel
+        params.pop("fp8")
+        return grouped_tcgen05_kernel(**params)
+    return grouped_kernel(**params)
+
+
+def _fills(bm: int, bn: int, m: str) -> str:
+    return f"4 * ((({m} + {bm - 1}) // {bm}) * ((N + {bn - 1}) // {bn})) >= 3 * SM_COUNT"
+
+
+LARGE = dict(block_M=128, block_N=256, block_K=64, stages=4, threads=256)
+MID = dict(block_M=128, block_N=128, block_K=128, stages=3, threads=256)
+SMALL = dict(block_M=64, block_N=128, block_K=128, stages=4, threads=128)
+FP8_MID = dict(block_M=128, block_N=128, stages=4, threads=256)
+FP8_SMALL = dict(block_M=64, block_N=128, stages=6, threads=128)
+# (name, tile, rule, priority) per layout; the last of each has no rule.  Contiguous: the grid is
+# M / block_M tiles whatever the expert count, so gemm's "covers 3/4 of the SMs" rule applies.
+# Masked: Mmax (a capacity, not the counts) picks the row tile.
+BF16_CLASSES = {
+    "contiguous": (("large", LARGE, _fills(128, 256, "M"), 10), ("mid", MID, None, 0)),
+    "masked": (("large", LARGE, "M > 64", 10), ("small", SMALL, None, 0)),
+}
+FP8_CLASSES = {
+    "contiguous": (("mid", FP8_MID, None, 0),),
+    "masked": (("mid", FP8_MID, "M > 64", 10), ("small", FP8_SMALL, None, 0)),
+}
+# sm_100a bf16/fp16: tcgen05 kernels, 128-row tiles only (one TMEM lane per row), as gemm_sm100's.
+SM100_CLASSES = {
+    "contiguous": (("large", dict(block_M=128, block_N=256, block_K=64, stages=4, threads=128),
+                    _fills(128, 256, "M"), 10),
+                   ("mid", dict(block_M=128, block_N=128, block_K=64, stages=4, threads=128), None, 0)),
+    "masked": (("mid", dict(block_M=128, block_N=128, block_K=64, stages=4, threads=128), None, 0),),
+}
+OUT32 = {"contiguous": f"M * N <= {INT32_MAX}", "masked": f"E * M * N <= {INT32_MAX}"}
+
+
+def _variants(classes, layout: str, dtypes, fp8: bool, archs=None, **extra) -> tuple:
+    out = []
+    for name, params, rule, prio in classes[layout]:
+        for dt in dtypes:
+            p = dict(params, layout=layout, shape_class=name, fp8=fp8, **extra)
+            if not fp8:
+                p["dtype"] = dt
+            full = f"E <= {2**LOG_E - 1} and {OUT32[layout]}" + (f" and ({rule})" if rule else "")
+            out.append(Variant(p, rule=full, priority=prio, archs=archs))
+    return tuple(out)
+
+
+def _tensors(layout: str, fp8: bool) -> tuple:
+    contiguous = layout == "contiguous"
+    rows = ("M",) if contiguous else ("E", "M")
+    dt = dict(dtypes=(FP8,)) if fp8 else dict(dtypes=DTYPES)
+    ts = [Tensor("a", rows + ("K",), **dt)]
+    if fp8:
+        strides = ("sam", "sak") if contiguous else ("sae", "sam", "sak")
+        ts.append(Tensor("a_scale", rows + ("(K + 127) // 128",), dtype="float32", strides=strides))
+    ts.append(Tensor("b", ("E", "N", "K"), dtype_of="a"))
+    if fp8:
+        ts.append(Tensor("b_scale", ("E", "(N + 127) // 128", "(K + 127) // 128"), dtype="float32"))
+    ts.append(Tensor("group_offsets", ("E + 1",), dtype="int32") if contiguous
+              else Tensor("counts", ("E",), dtype="int32"))
+    ts.append(Tensor("out", rows + ("N",), dtype="bfloat16" if fp8 else None,
+                     dtype_of=None if fp8 else "a", role="output"))
+    return tuple(ts)
+
+
+_DOCS = {
+    "grouped_gemm": "contiguous MoE grouped GEMM: out[M, N] rows offsets[e]:offsets[e+1] = a rows @ b[e]^T; "
+                    "segments start at multiples of 128; K, N % 8 == 0",
+    "grouped_gemm_masked": "masked MoE grouped GEMM: out[e, :counts[e]] = a[e, :counts[e]] @ b[e]^T; "
+                           "rows >= counts[e] untouched; K, N % 8 == 0",
+    "fp8_grouped_gemm": "contiguous FP8 block-scaled grouped GEMM (1x128 a scales, 128x128 b scales) -> bf16; "
+                        "segments start at multiples of 128; K % 16 == 0, N % 8 == 0",
+    "fp8_grouped_gemm_masked": "masked FP8 block-scaled grouped GEMM -> bf16; rows >= counts[e] untouched; "
+                               "K % 16 == 0, N % 8 == 0",
+}
+
+
+def _spec(name: str, layout: str, fp8: bool) -> OpSpec:
+    if fp8:   # the Hopper kernel on both archs (mma.sync on sm_100a)
+        variants = _variants(FP8_CLASSES, layout, (FP8,), True)
+    else:
+        variants = (_variants(BF16_CLASSES, layout, DTYPES, False, archs=("sm_90a",))
+                    + _variants(SM100_CLASSES, layout, DTYPES, False, archs=("sm_100a",), mma="tcgen05"))
+    return OpSpec(name=f"tkreg.{name}", doc=_DOCS[name], tensors=_tensors(layout, fp8), factory=factory,
+                  variants=variants,
+                  reference=f"tkreg.reference.grouped_gemm:{name}", index64=True)
+
+
+SPECS = (
+    _spec("grouped_gemm", "contiguous", False),
+    _spec("grouped_gemm_masked", "masked", False),
+    _spec("fp8_grouped_gemm", "contiguous", True),
+    _spec("fp8_grouped_gemm_masked", "masked", True),
+)

@@ -9,6 +9,7 @@ SWITCHES = {
     "TKREG_DISABLE_PLUGINS": "`1`: load no plugin packs",
     "TKREG_PACKS": "extra pack folders to load, separated by `:` (like tkreg.register_pack)",
     "TKREG_DISABLE_SHIM": "`1`: read tensors through their Python attributes, not torch's C shim (slower)",
+    "TKREG_MOE_CHECK_IDS": "`1`: MoE ops raise on expert ids outside -1..E-1 (a device sync per call)",
 }
 
 
@@ -30,6 +31,10 @@ def plugin_allow_list() -> set | None:
 
 def shim_disabled() -> bool:
     return os.environ.get("TKREG_DISABLE_SHIM", "").strip() not in ("", "0")
+
+
+def moe_check_ids() -> bool:
+    return os.environ.get("TKREG_MOE_CHECK_IDS", "").strip() not in ("", "0")
 
 
 def extra_packs() -> list[str]:

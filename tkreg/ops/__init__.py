@@ -7,6 +7,8 @@ from .activation import silu_and_mul, silu_and_mul_backward, swiglu  # noqa: F40
 from .fp8 import (per_block_dequant, per_block_quant_fp8, per_token_group_dequant,  # noqa: F401
                   per_token_group_quant_fp8, silu_and_mul_quant_fp8)
 from .gemm import fp8_gemm, gemm  # noqa: F401
+from .moe import (expert_counts, group_limited_topk_gate, moe_combine, moe_expand,  # noqa: F401
+                  moe_mapping, topk_gate)
 from .norm import fused_add_rms_norm, rms_norm, rms_norm_backward  # noqa: F401
 from .rotary import rotary_embedding  # noqa: F401
 

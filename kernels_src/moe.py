@@ -561,8 +561,8 @@ SPECS = (
         tensors=(Tensor("scores", ("T", "E"), dtypes=GATE_DTYPES),
                  Tensor("bias", ("E",), dtype="float32", optional=True),
                  Tensor("mask", ("T",), dtype="bool", optional=True)) + _gate_outputs("n_out"),
-        scalars=(Scalar("k", "int32"), Scalar("n_groups", "int32"), Scalar("topk_groups", "int32"))
-        + _gate_scalars("sigmoid", True) + (Scalar("n_out", "int32"),),
+        scalars=(Scalar("k", "int32"), Scalar("n_groups", "int32"), Scalar("topk_groups", "int32"),
+                 Scalar("n_out", "int32")) + _gate_scalars("sigmoid", True),
         factory=gate_kernel,
         variants=tuple(Variant(dict(dtype=d, grouped=1), rule=_GATE_RULE + (
             " and n_groups >= 1 and n_groups <= 32 and E % n_groups == 0 and E // n_groups >= 2"

@@ -91,8 +91,8 @@ def group_limited_topk_gate(scores, k: int, n_groups: int, topk_groups: int, *, 
                          f"topk_groups={topk_groups} kept groups")
     if k + num_shared > 32:
         raise ValueError(f"{op}: k + num_shared = {k + num_shared}; at most 32 slots per token")
-    args = (scores, bias, mask, k, n_groups, topk_groups, _scoring(op, scoring), bool(renormalize),
-            float(routed_scaling_factor), k + num_shared)
+    args = (scores, bias, mask, k, n_groups, topk_groups, k + num_shared, _scoring(op, scoring), bool(renormalize),
+            float(routed_scaling_factor))
     if compiling():
         return graph(op, None, *args)
     return OPS[op](*args)

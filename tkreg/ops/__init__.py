@@ -10,6 +10,8 @@ from .fp8 import (per_block_dequant, per_block_quant_fp8, per_token_group_dequan
 from .gemm import fp8_gemm, gemm  # noqa: F401
 from .grouped_gemm import (fp8_grouped_gemm, fp8_grouped_gemm_masked, grouped_gemm,  # noqa: F401
                            grouped_gemm_masked)
+from .moe import (expert_counts, group_limited_topk_gate, moe_combine, moe_expand,  # noqa: F401
+                  moe_mapping, topk_gate)
 from .norm import fused_add_rms_norm, rms_norm, rms_norm_backward  # noqa: F401
 from .rotary import rotary_embedding  # noqa: F401
 

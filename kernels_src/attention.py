@@ -27,18 +27,15 @@ MASKED = -1e30   # not -inf: a row masked in a whole tile must not give exp2(-in
 
 
 def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages: int,
-                     threads: int, dtype: str = "bfloat16", fa3: bool = True):
+                     threads: int, dtype: str = "bfloat16", longest_first: bool = False):
     import tilelang.language as T
 
     f32 = "float32"
     HQ, HK, D = T.dynamic("HQ"), T.dynamic("HK"), dim
     sqs, sqh, sks, skh, svs, svh = (T.dynamic(n) for n in ("sqs", "sqh", "sks", "skh", "svs", "svh"))
-    # FA3 schedule (after tilelang's deleted wgmma_pipelined example): stage 0 = load K, q k^T and
-    # softmax of tile n; stage 1 = rescale, load V and p v of tile n - 1, emitted between the q k^T
-    # and the softmax so the tensor cores work while the softmax runs.  One entry per statement
-    # of the loop body (15), in source order.
-    pipe = dict(order=[0, 1, 2] + list(range(6, 15)) + [3, 4, 5],
-                stage=[0, 0, 0] + [0] * 9 + [1, 1, 1]) if fa3 else dict(num_stages=stages)
+    def order(bx, n, causal):
+        # causal: CTAs of the last query blocks have the most KV tiles; start them first
+        return T.if_then_else(causal, n - 1 - bx, bx) if longest_first else bx
 
     @T.macro
     def body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0):
@@ -70,7 +67,7 @@ def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages:
         n_tiles = T.if_then_else(causal, T.max(T.min(T.ceildiv(Sk, block_N), T.ceildiv(r0 + block_M + off, block_N)), 0),
                                  T.ceildiv(Sk, block_N))
 
-        for t in T.Pipelined(n_tiles, **pipe):
+        for t in T.Pipelined(n_tiles, num_stages=stages):
             if varlen:
                 T.copy(k[k0 + t * block_N:k0 + (t + 1) * block_N, hk, :], k_s)
             else:
@@ -132,7 +129,8 @@ def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages:
                                    cu_seqlens_q: T.Tensor((NB,), "int32"), cu_seqlens_k: T.Tensor((NB,), "int32"),
                                    out: T.Tensor((TQ, HQ, D), dtype), lse: T.Tensor((HQ, TQ), f32),
                                    max_seqlen_q: T.int32, causal: T.bool, softmax_scale: T.float32):
-            with T.Kernel(T.ceildiv(max_seqlen_q, block_M), HQ, NB - 1, threads=threads) as (bx, h, b):
+            with T.Kernel(T.ceildiv(max_seqlen_q, block_M), HQ, NB - 1, threads=threads) as (bx_, h, b):
+                bx = order(bx_, T.ceildiv(max_seqlen_q, block_M), causal)
                 q0, k0 = cu_seqlens_q[b], cu_seqlens_k[b]
                 Sq, Sk = cu_seqlens_q[b + 1] - q0, cu_seqlens_k[b + 1] - k0
                 if bx * block_M < Sq:
@@ -148,7 +146,8 @@ def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages:
                         v: T.StridedTensor((B, Sk, HK, D), (svb, svs, svh, 1), dtype),
                         out: T.Tensor((B, Sq, HQ, D), dtype), lse: T.Tensor((B, HQ, Sq), f32),
                         causal: T.bool, softmax_scale: T.float32):
-        with T.Kernel(T.ceildiv(Sq, block_M), HQ, B, threads=threads) as (bx, h, b):
+        with T.Kernel(T.ceildiv(Sq, block_M), HQ, B, threads=threads) as (bx_, h, b):
+            bx = order(bx_, T.ceildiv(Sq, block_M), causal)
             body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, 0, 0)
     return flash_attention
 

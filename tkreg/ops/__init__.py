@@ -7,6 +7,9 @@ from .activation import silu_and_mul, silu_and_mul_backward, swiglu  # noqa: F40
 from .fp8 import (per_block_dequant, per_block_quant_fp8, per_token_group_dequant,  # noqa: F401
                   per_token_group_quant_fp8, silu_and_mul_quant_fp8)
 from .gemm import fp8_gemm, gemm  # noqa: F401
+from .quant import (batched_transpose, dequant_e5m6, dequant_fp8, per_channel_quant_fp8,  # noqa: F401
+                    per_token_group_dequant_fp4, per_token_group_quant_fp4, quant_e5m6,
+                    silu_and_mul_backward_quant_fp8, silu_and_mul_per_channel_quant_fp8_transpose, transpose)
 from .norm import fused_add_rms_norm, rms_norm, rms_norm_backward  # noqa: F401
 from .rotary import rotary_embedding  # noqa: F401
 

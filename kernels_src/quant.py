@@ -425,7 +425,6 @@ def e5m6_quant_kernel(dtype: str, threads: int = 256, vecs: int = 8):
             T.assume(K % 8 == 0)
             tx = T.get_thread_binding()
             g = T.alloc_local((vecs * nv,), dtype)
-            y = T.alloc_local((nv,), "float32")
             hc = T.alloc_local((nv,), "uint32")
             am = T.alloc_local((1,), "float32")
             red = T.alloc_shared((warps,), "float32")
@@ -531,7 +530,7 @@ def fp8_dequant_kernel(layout: str, threads: int = 256, unroll: int = 2):
     @T.prim_func
     def fp8_dequant(q: T.Tensor((R, C), FP8), s: S, out: T.Tensor((R, C), "bfloat16")):
         with T.Kernel(T.ceildiv(R, warps), T.ceildiv(C, span * unroll), threads=threads) as (bx, by):
-            T.assume(C % 16 == 0)
+            T.assume(C % 8 == 0)
             tx = T.get_thread_binding()
             row = bx * warps + tx // 32
             ql = T.alloc_local((unroll * nv,), FP8)
@@ -649,18 +648,18 @@ SPECS = (
     OpSpec(
         name="tkreg.group_dequant_fp8",
         doc="q[R, C] e4m3, s[R, ceil(C / 128)] fp32 with any strides (row-major, DeepGEMM column-major "
-            "view, or s.t() of per-channel scales for a q^T) -> bf16 q * s (C % 16 == 0)",
+            "view, or s.t() of per-channel scales for a q^T) -> bf16 q * s (C % 8 == 0)",
         tensors=(Tensor("q", ("R", "C"), dtypes=(FP8,)),
                  Tensor("s", ("R", "(C + 127) // 128"), dtype="float32", strides=("ss0", "ss1")),
                  Tensor("out", ("R", "C"), dtype="bfloat16", role="output")),
-        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="group"), rule="C % 16 == 0"),),
+        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="group"), rule="C % 8 == 0"),),
         reference=_REF + "group_dequant_fp8"),
     OpSpec(
         name="tkreg.per_channel_dequant_fp8",
-        doc="q[M, K] e4m3, s[ceil(M / 128), K] fp32 -> bf16 q * s (K % 16 == 0)",
+        doc="q[M, K] e4m3, s[ceil(M / 128), K] fp32 -> bf16 q * s (K % 8 == 0)",
         tensors=(Tensor("q", ("R", "C"), dtypes=(FP8,)),
                  Tensor("s", ("(R + 127) // 128", "C"), dtype="float32"),
                  Tensor("out", ("R", "C"), dtype="bfloat16", role="output")),
-        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="channel"), rule="C % 16 == 0"),),
+        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="channel"), rule="C % 8 == 0"),),
         reference=_REF + "per_channel_dequant_fp8"),
 )

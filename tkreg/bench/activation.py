@@ -6,8 +6,8 @@ fp32 reference (tkreg.reference.activation), which Inductor fuses into one kerne
 """
 from __future__ import annotations
 
-from .timing import Row, bandwidth_rows, compiled, gpu_ms, host_us, need_torch, rotations, try_ms
-
+from .timing import (Row, bandwidth_rows, compiled, gpu_ms, host_us, mid_shapes, need_torch, rotations,
+                     same_size_rows, try_ms)
 
 
 GPT_OSS = (7.0, 1.702, 1.0)   # swiglu limit, alpha, beta
@@ -51,6 +51,12 @@ def cases(quick, ceiling, progress):
             peers = {"eager": try_ms(lambda x: _eager_swiglu(x, *GPT_OSS), sets),
                      "torch.compile": comp_swiglu and try_ms(lambda x: comp_swiglu(x, *GPT_OSS), sets)}
         rows += bandwidth_rows(op, case, nbytes, ceiling, ours, peers)
+        progress()
+    for t, i in mid_shapes(quick):   # mid sizes: queued GPU time beside a device copy of the same bytes
+        nbytes = 6 * t * i
+        sets = rotations(lambda: (torch.randn(t, 2 * i, dtype=bf16, device="cuda"),), nbytes)
+        rows += same_size_rows("silu_and_mul", f"{t}x{i} bf16", nbytes, ceiling, tkreg.ops.silu_and_mul, sets,
+                               {"torch.compile": comp_silu})
         progress()
     for t in ([1, 64] if quick else [1, 16, 64]):
         i = 14336

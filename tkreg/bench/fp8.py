@@ -8,7 +8,8 @@ Bytes per call = every input read once + every output written once:
 """
 from __future__ import annotations
 
-from .timing import Row, bandwidth_rows, compiled, gpu_ms, host_us, need_torch, rotations, try_ms
+from .timing import (Row, bandwidth_rows, compiled, gpu_ms, host_us, mid_shapes, need_torch, rotations,
+                     same_size_rows, try_ms)
 
 
 def _time_peers(fn_eager, fn_comp, sets):
@@ -50,6 +51,18 @@ def cases(quick, ceiling, progress):
         ours = gpu_ms(lambda x: ops.silu_and_mul_quant_fp8(x), sets)
         peers = _time_peers(lambda x: ref.silu_and_mul_quant_fp8(x), comp_s, sets)
         rows += bandwidth_rows("silu_mul_fp8", f"{m}x2*{i} bf16", nbytes, ceiling, ours, peers)
+        progress()
+
+    # mid sizes (prefill chunks): queued GPU time beside a device copy of the same bytes
+    for m, k in mid_shapes(quick):
+        nbytes = m * k * 2 + m * k + 4 * m * (k // 128)
+        sets = rotations(rnd(m, k), nbytes)
+        rows += same_size_rows("fp8_quant", f"{m}x{k} bf16", nbytes, ceiling,
+                               lambda x: ops.per_token_group_quant_fp8(x), sets, {"torch.compile": comp_q})
+        nbytes = m * 2 * k * 2 + m * k + 4 * m * (k // 128)
+        sets = rotations(rnd(m, 2 * k), nbytes)
+        rows += same_size_rows("silu_mul_fp8", f"{m}x2*{k} bf16", nbytes, ceiling,
+                               lambda x: ops.silu_and_mul_quant_fp8(x), sets, {"torch.compile": comp_s})
         progress()
 
     # 128x128 block quant of weights

@@ -1,7 +1,7 @@
 """Norm family beside torch eager and torch.compile (GB/s against the copy ceiling)."""
 from __future__ import annotations
 
-from .timing import Row, bandwidth_rows, compiled, gpu_ms, host_us, need_torch, rotations
+from .timing import Row, bandwidth_rows, compiled, gpu_ms, host_us, mid_shapes, need_torch, rotations, same_size_rows
 
 
 def cases(quick, ceiling, progress):
@@ -41,6 +41,20 @@ def cases(quick, ceiling, progress):
         if comp_add is not None:
             peers["torch.compile"] = gpu_ms(lambda x, r, w: comp_add(x, r, w, 1e-6), sets)
         rows += bandwidth_rows("fused_add_rms_norm", label(m, n), nbytes, ceiling, ours, peers)
+        progress()
+    # mid sizes (prefill chunks): queued GPU time beside a device copy of the same bytes
+    bf16 = torch.bfloat16
+    for m, n in mid_shapes(quick):
+        nbytes = 2 * m * n * 2 + n * 2
+        sets = rotations(lambda: (torch.randn(m, n, dtype=bf16, device="cuda"), torch.randn(n, dtype=bf16, device="cuda")), nbytes)
+        rows += same_size_rows("rms_norm", f"{m}x{n} bf16", nbytes, ceiling, lambda x, w: tkreg.ops.rms_norm(x, w, 1e-6),
+                               sets, {"torch.compile": comp and (lambda x, w: comp(x, w, 1e-6))})
+        nbytes = 4 * m * n * 2 + n * 2
+        sets = rotations(lambda: (torch.randn(m, n, dtype=bf16, device="cuda"), torch.randn(m, n, dtype=bf16, device="cuda"),
+                                  torch.randn(n, dtype=bf16, device="cuda")), nbytes)
+        rows += same_size_rows("fused_add_rms_norm", f"{m}x{n} bf16", nbytes, ceiling,
+                               lambda x, r, w: tkreg.ops.fused_add_rms_norm(x, r, w, 1e-6), sets,
+                               {"torch.compile": comp_add and (lambda x, r, w: comp_add(x, r, w, 1e-6))})
         progress()
     for m in ([1, 64] if quick else [1, 16, 64]):
         n = 4096

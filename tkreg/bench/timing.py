@@ -133,3 +133,36 @@ def bandwidth_rows(op, case, nbytes, ceiling, ours, peers) -> list:
     for k, v in peers.items():
         out.append(Row(op, case, k, v, nbytes / v / 1e6, "GB/s", 100 * nbytes / v / 1e6 / ceiling))
     return out
+
+
+# ---- mid sizes: prefill chunks, where the bar is a device copy of the same bytes --------------
+MID_TOKENS = (1024, 2048, 3000, 4096)
+MID_HIDDEN = (4096, 5120, 7168)
+COPY = "same-size copy"
+
+
+def mid_shapes(quick: bool) -> list:
+    """(tokens, hidden) of the mid-size rows (quick: the two corners that matter most)."""
+    if quick:
+        return [(1024, 7168), (4096, 7168)]
+    return [(m, h) for m in MID_TOKENS for h in MID_HIDDEN]
+
+
+def copy_sets(nbytes: int) -> list:
+    """(src, dst) uint8 pairs whose copy moves `nbytes` in all (half read, half written), rotated
+    past L2 like the op's own inputs."""
+    torch = need_torch()
+    half = max(1, nbytes // 2)
+    return rotations(lambda: (torch.empty(half, dtype=torch.uint8, device="cuda"),
+                              torch.empty(half, dtype=torch.uint8, device="cuda")), nbytes)
+
+
+def same_size_rows(op, case, nbytes, ceiling, fn, sets, peers=None) -> list:
+    """Rows for one mid-size case, every time from `queued_ms` (kernels of 3-40 µs: events on an
+    idle stream would time the host's launch work, see docs/gemm-tuning.md): tkreg, each peer, and
+    a device copy of the same number of bytes timed just before (`dst.copy_(src)`).  tkreg's row
+    carries vs[COPY] = copy time / tkreg time: >= 0.90 is issue #17's bar."""
+    copy = queued_ms(lambda s, d: d.copy_(s), copy_sets(nbytes))
+    ours = queued_ms(fn, sets)
+    timed = {k: try_ms(v, sets, timer=queued_ms) for k, v in (peers or {}).items() if v}
+    return bandwidth_rows(op, case + " (queued)", nbytes, ceiling, ours, {**timed, COPY: copy})

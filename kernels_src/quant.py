@@ -1,0 +1,665 @@
+"""Quant formats and layout ops: (batched) transpose, per-channel FP8 (+ transpose, + SwiGLU),
+SwiGLU backward + FP8, MXFP4 (e2m1 + E8M0 scales), E5M6, and FP8 cast back in those layouts.
+
+Exact semantics (rounding, scale rules, bit layouts): tkreg/reference/quant.py, which matches
+DeepSeek TileKernels' torch references bit for bit where TileKernels has the op.  Every kernel
+reads its input once, keeps it in registers and rounds each output once; the SwiGLU ones use the
+FP8 family's fast-math silu (kernels_src/fp8.py says why and what it costs in exactness).
+
+Layouts (thread-level kernels, 16-byte loads):
+- batched_transpose: no shared memory.  A thread loads an R x C block (R rows, one C-element
+  16-byte vector each), transposes it in registers and stores C vectors of R elements.  Lanes go
+  in pairs along a row (the pair reads one full 32-byte sector per row) and 16 pairs down the
+  rows, so a warp's store writes 16 consecutive R-element pieces of an output row (256 bytes for
+  2-byte types).  One kernel per element size (1, 2, 4 bytes: the typed op views other dtypes of
+  that size as uint8 / float16 / int32; a transpose only moves bits).  Blocks at the edge, or rows
+  whose pitch is no multiple of the vector, take a per-element path in the same kernel.
+- per-channel FP8: a 256-thread CTA owns 128 tokens x 128 channels; a thread holds 8 tokens x 8
+  channels (8 loads of 16 bytes), the 128-token amax is a shfl_xor plus an 8 x 128 float shared
+  reduction.  _transpose variants stage the fp8 tile in shared memory (16 KB, XOR-swizzled 8-byte
+  slots: conflict-free writes) and write q^T rows 16 bytes a lane.
+- group kernels (FP4, SwiGLU backward): a warp per row as in fp8.py; FP4 groups are 32 elements
+  = 4 lanes (two shfl_xor), e2m1 codes by comparison against the RNE midpoints (the same function
+  as TileKernels' bit-level convert: tests/tkreg/ops/test_quant_cpu.py checks both).
+- E5M6: one CTA per token (the scale is per token), up to 8 vectors a thread (K <= 16384), a
+  block-wide amax, 12 bytes (three 32-bit stores) per 8 values.
+
+Grids put row blocks on x (any M up to the int32 element limit) and column blocks on y; fp8.py
+measured column-blocks-first 4-8% faster, which would need its rows-first fallback beside each
+kernel (a cubin each), so that is left for a measured sweep.
+
+Sizes served: see each spec's rule; token dims are run-time everywhere, M = 0 launches nothing.
+"""
+from tkreg.spec import OpSpec, Scalar, Tensor, Variant
+
+FP8 = "float8_e4m3fn"
+DTYPES = ("bfloat16", "float16")
+FP8_MAX, AMAX_FLOOR = 448.0, 1e-4
+FP4_FLOOR = 6.0 * 2.0 ** -126
+E5M6_MAX = 65024.0
+_REF = "tkreg.reference.quant:"
+_UE8M0 = Scalar("ue8m0", "bool", False)
+
+
+def _scale(T, amax, floor, qmax, ue8m0):
+    """(s, inv) fp32 from a group amax (kernels_src/fp8.py's rule for any max code value)."""
+    a = T.max(amax, T.float32(floor))
+    sf = T.ieee_fdiv(a, T.float32(qmax))
+    if ue8m0 is None:
+        return sf, T.ieee_fdiv(T.float32(qmax), a)
+    e = ((T.reinterpret(sf, "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)
+    return (T.if_then_else(ue8m0, T.reinterpret(e << T.uint32(23), "float32"), sf),
+            T.if_then_else(ue8m0, T.reinterpret((T.uint32(254) - e) << T.uint32(23), "float32"),
+                           T.ieee_fdiv(T.float32(qmax), a)))
+
+
+def _silu(T, g, u):
+    """fast-math silu(g) * u in fp32 (kernels_src/fp8.py)."""
+    return T.call_extern("float32", "__fdividef", g, T.float32(1) + T.__exp(-g)) * u
+
+
+# ---- transpose -----------------------------------------------------------------------------------
+# element size -> (kernel dtype, R rows per thread = store vector, C columns = load vector)
+TRANSPOSE = {1: ("uint8", 8, 16), 2: ("float16", 8, 8), 4: ("int32", 4, 4)}
+
+
+def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256):
+    """x[B, M, N] -> out[B, N, M]."""
+    import tilelang.language as T
+
+    B, M, N = T.dynamic("B"), T.dynamic("M"), T.dynamic("N")
+    nbytes = 16 // cols
+    warps = threads // 32
+    tm, tn = 16 * rows, warps * 2 * cols          # CTA tile: 16 lane pairs down, warps across
+
+    @T.prim_func
+    def batched_transpose(x: T.Tensor((B, M, N), dtype), out: T.Tensor((B, N, M), dtype)):
+        with T.Kernel(T.ceildiv(M, tm), T.ceildiv(N, tn), B, threads=threads) as (bm, bn, bb):
+            tx = T.get_thread_binding()
+            m0 = bm * tm + (tx % 32) // 2 * rows
+            n0 = bn * tn + (tx // 32) * (2 * cols) + (tx % 2) * cols
+            a = T.alloc_local((rows * cols,), dtype)
+            t = T.alloc_local((rows * cols,), dtype)
+            if m0 + rows <= M and n0 + cols <= N and N % cols == 0:
+                for r in T.unroll(rows):      # explicit 16-byte loads: alignment is a run-time fact
+                    a[T.Ramp(r * cols, 1, cols)] = T.reinterpret(T.ldg128(x[bb, m0 + r, n0]), f"{dtype}x{cols}")
+            else:
+                for r in T.unroll(rows):
+                    for c in T.unroll(cols):
+                        a[r * cols + c] = T.if_then_else(m0 + r < M and n0 + c < N, x[bb, m0 + r, n0 + c],
+                                                         T.cast(0, dtype))
+            for c in T.unroll(cols):
+                for r in T.unroll(rows):
+                    t[c * rows + r] = a[r * cols + c]
+            if m0 + rows <= M and n0 + cols <= N and M % rows == 0:
+                for c in T.unroll(cols):
+                    if rows * nbytes == 16:
+                        T.stg128(out[bb, n0 + c, m0], T.reinterpret(t[T.Ramp(c * rows, 1, rows)], "uint32x4"))
+                    else:
+                        T.stg64(out[bb, n0 + c, m0], T.reinterpret(t[T.Ramp(c * rows, 1, rows)], "uint32x2"))
+            else:
+                for c in T.unroll(cols):
+                    for r in T.unroll(rows):
+                        if m0 + r < M and n0 + c < N:
+                            out[bb, n0 + c, m0 + r] = t[c * rows + r]
+
+    return batched_transpose
+
+
+# ---- per-channel FP8 (128-token groups) --------------------------------------------------------
+def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0):
+    """x[M, K] (or [M, 2K'] with silu) -> q[M, K] or q^T[K, M] e4m3, s[ceil(M / 128), K] fp32."""
+    import tilelang.language as T
+
+    M = T.dynamic("M")
+    if silu:
+        N = T.dynamic("N")
+        K = N // 2
+        x_shape = (M, N)
+    else:
+        N = K = T.dynamic("K")
+        x_shape = (M, K)
+    q_shape = (K, M) if transpose else (M, K)
+    threads, nv, rpt = 256, 8, 8          # 16 channel chunks x 16 row groups; 8 x 8 per thread
+
+    @T.prim_func
+    def channel_quant(x: T.Tensor(x_shape, dtype), q: T.Tensor(q_shape, FP8),
+                      s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool):
+        with T.Kernel(T.ceildiv(M, 128), T.ceildiv(K, 128), threads=threads) as (bm, bk):
+            T.assume(N % (16 if silu else 8) == 0)
+            tx = T.get_thread_binding()
+            cc, rg = tx % 16, tx // 16
+            k0 = bk * 128 + cc * nv
+            r0 = bm * 128 + rg * rpt
+            g = T.alloc_local((rpt * nv,), dtype)
+            h = T.alloc_local((rpt * nv,), dtype)
+            y = T.alloc_local((rpt * nv,), "float32")
+            am = T.alloc_local((nv,), "float32")
+            sf = T.alloc_local((nv,), "float32")
+            inv = T.alloc_local((nv,), "float32")
+            ql = T.alloc_local((rpt * nv,), FP8)
+            red = T.alloc_shared((8, 128), "float32")
+            for i in T.unroll(rpt):
+                if r0 + i < M and k0 < K:
+                    for v in T.vectorized(nv):
+                        g[i * nv + v] = x[r0 + i, k0 + v]
+                    if silu:
+                        for v in T.vectorized(nv):
+                            h[i * nv + v] = x[r0 + i, K + k0 + v]
+                else:
+                    for v in T.vectorized(nv):
+                        g[i * nv + v] = T.cast(0, dtype)
+                    if silu:
+                        for v in T.vectorized(nv):
+                            h[i * nv + v] = T.cast(0, dtype)
+            for v in T.unroll(nv):
+                am[v] = T.float32(0)
+            for i in T.unroll(rpt):
+                for v in T.unroll(nv):
+                    gv = T.cast(g[i * nv + v], "float32")
+                    y[i * nv + v] = _silu(T, gv, T.cast(h[i * nv + v], "float32")) if silu else gv
+                    am[v] = T.max(am[v], T.abs(y[i * nv + v]))
+            for v in T.unroll(nv):
+                am[v] = T.max(am[v], T.shfl_xor(am[v], 16))
+            if tx % 32 < 16:
+                for v in T.unroll(nv):
+                    red[tx // 32, cc * nv + v] = am[v]
+            T.sync_threads()
+            for v in T.unroll(nv):
+                am[v] = red[0, cc * nv + v]
+                for w in T.unroll(8):
+                    am[v] = T.max(am[v], red[w, cc * nv + v])
+                sf[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[0]
+                inv[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[1]
+            for i in T.unroll(rpt):
+                for v in T.vectorized(nv):
+                    ql[i * nv + v] = T.cast(y[i * nv + v] * inv[v], FP8)
+            if rg == 0 and k0 < K:
+                for v in T.vectorized(nv):
+                    s[bm, k0 + v] = sf[v]
+            if not transpose:
+                for i in T.unroll(rpt):
+                    if r0 + i < M and k0 < K:
+                        for v in T.vectorized(nv):
+                            q[r0 + i, k0 + v] = ql[i * nv + v]
+            else:
+                # q^T tile [128 channels][128 tokens] in shared memory: channel c's tokens
+                # rg*8..rg*8+7 go to 8-byte slot rg ^ cc (cc = c // 8), so the 16 lanes of a
+                # half-warp (distinct cc, same rg) hit 16 distinct slots.
+                qs = T.alloc_shared((128, 128), FP8)
+                t8 = T.alloc_local((nv,), FP8)
+                for v in T.unroll(nv):
+                    for i in T.unroll(rpt):
+                        t8[i] = ql[i * nv + v]
+                    for i in T.vectorized(rpt):
+                        qs[cc * nv + v, (rg ^ cc) * 8 + i] = t8[i]
+                T.sync_threads()
+                o = T.alloc_local((16,), FP8)
+                for p in T.unroll(4):              # 128 rows x 8 chunks of 16 tokens
+                    c = p * 32 + tx // 8
+                    ch = (tx % 8) * 2              # logical 8-byte slots ch, ch + 1
+                    sw = c // 8
+                    for i in T.vectorized(8):
+                        o[i] = qs[c, (ch ^ sw) * 8 + i]
+                    for i in T.vectorized(8):
+                        o[8 + i] = qs[c, ((ch + 1) ^ sw) * 8 + i]
+                    kk = bk * 128 + c
+                    mm = bm * 128 + ch * 8
+                    if kk < K:
+                        if M % 16 == 0 and mm + 16 <= M:
+                            T.stg128(q[kk, mm], T.reinterpret(o[T.Ramp(0, 1, 16)], "uint32x4"))
+                        else:
+                            for i in T.unroll(16):
+                                if mm + i < M:
+                                    q[kk, mm + i] = o[i]
+
+    return channel_quant
+
+
+# ---- SwiGLU backward + per-token-group FP8 -----------------------------------------------------
+def silu_backward_quant_kernel(dtype: str, threads: int = 128):
+    """(dy[M, I], x[M, 2I]) -> dx[M, 2I] in fp32 -> q[M, 2I] e4m3, s[M, 2I // 128] (I % 128 == 0).
+
+    A warp per row; a half-warp owns a 128-wide group of dg (from g, u, dy) and the matching
+    group of du, so each lane loads 16 bytes of g, u and dy and produces 8 codes of each half.
+    """
+    import tilelang.language as T
+
+    M, N = T.dynamic("M"), T.dynamic("N")
+    I = N // 2  # noqa: E741
+    IG = I // 128
+    warps, nv = threads // 32, 8
+
+    @T.prim_func
+    def silu_backward_quant(x: T.Tensor((M, N), dtype), dy: T.Tensor((M, I), dtype),
+                            q: T.Tensor((M, N), FP8), s: T.Tensor((M, N // 128), "float32"), ue8m0: T.bool):
+        with T.Kernel(T.ceildiv(M, warps), T.ceildiv(IG, 2), threads=threads) as (bx, by):
+            T.assume(N % 256 == 0)
+            tx = T.get_thread_binding()
+            row = bx * warps + tx // 32
+            kg = by * 2 + (tx % 32) // 16
+            col = kg * 128 + (tx % 16) * nv
+            g = T.alloc_local((nv,), dtype)
+            u = T.alloc_local((nv,), dtype)
+            d = T.alloc_local((nv,), dtype)
+            y = T.alloc_local((2 * nv,), "float32")
+            ql = T.alloc_local((2 * nv,), FP8)
+            am = T.alloc_local((2,), "float32")
+            sf = T.alloc_local((2,), "float32")
+            inv = T.alloc_local((2,), "float32")
+            ok = row < M and kg < IG
+            if ok:
+                for v in T.vectorized(nv):
+                    g[v] = x[row, col + v]
+                for v in T.vectorized(nv):
+                    u[v] = x[row, I + col + v]
+                for v in T.vectorized(nv):
+                    d[v] = dy[row, col + v]
+            else:
+                for v in T.vectorized(nv):
+                    g[v] = T.cast(0, dtype)
+                    u[v] = T.cast(0, dtype)
+                    d[v] = T.cast(0, dtype)
+            am[0] = T.float32(0)
+            am[1] = T.float32(0)
+            for v in T.unroll(nv):
+                gf = T.cast(g[v], "float32")
+                df = T.cast(d[v], "float32")
+                sg = T.call_extern("float32", "__fdividef", T.float32(1), T.float32(1) + T.__exp(-gf))
+                y[v] = df * T.cast(u[v], "float32") * sg * (T.float32(1) + gf * (T.float32(1) - sg))
+                y[nv + v] = df * gf * sg
+                am[0] = T.max(am[0], T.abs(y[v]))
+                am[1] = T.max(am[1], T.abs(y[nv + v]))
+            for j in T.unroll(2):
+                for o in T.unroll(4):
+                    am[j] = T.max(am[j], T.shfl_xor(am[j], 8 >> o))
+            for j in T.unroll(2):
+                sf[j] = _scale(T, am[j], AMAX_FLOOR, FP8_MAX, ue8m0)[0]
+                inv[j] = _scale(T, am[j], AMAX_FLOOR, FP8_MAX, ue8m0)[1]
+                for v in T.vectorized(nv):
+                    ql[j * nv + v] = T.cast(y[j * nv + v] * inv[j], FP8)
+                if ok:
+                    for v in T.vectorized(nv):
+                        q[row, j * I + col + v] = ql[j * nv + v]
+                    if tx % 16 == 0:
+                        s[row, j * IG + kg] = sf[j]
+
+    return silu_backward_quant
+
+
+# ---- MXFP4 ---------------------------------------------------------------------------------------
+def _e2m1(T, y):
+    """e2m1 code of fp32 y (RNE, saturating at 6, sign bit kept) as uint32.
+
+    The e2m1 grid has step 0.5 below 2 (codes 0..4), 1 in [2, 4) (codes 4..6), 2 from 4 (6, 7):
+    k = RNE(|y| * f) by the 2^23 magic add (f = 2, 1, 1/2 per range; exact products), code =
+    min(k + off, 7) with off = 0, 2, 4 — about 12 instructions, against 25 for comparing |y| with
+    the seven midpoints (tkreg/reference/quant.py's form; the CPU tests check they agree).
+    """
+    U = T.uint32
+    a = T.abs(y)
+    lo, mid = a < T.float32(2.0), a < T.float32(4.0)
+    f = T.if_then_else(lo, T.float32(2.0), T.if_then_else(mid, T.float32(1.0), T.float32(0.5)))
+    off = T.if_then_else(lo, U(0), T.if_then_else(mid, U(2), U(4)))
+    k = T.reinterpret(a * f + T.float32(8388608.0), "uint32") & U(15)
+    return T.min(k + off, U(7)) | ((T.reinterpret(y, "uint32") >> U(28)) & U(8))
+
+
+def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4):
+    """x[M, K] -> q[M, K // 2] uint8 (2 codes a byte), s[M, K // 32] uint8 E8M0 (K % 32 == 0)."""
+    import tilelang.language as T
+
+    M, K = T.dynamic("M"), T.dynamic("K")
+    warps, nv = threads // 32, 8
+    span = 32 * nv                        # elements a warp covers per load
+
+    @T.prim_func
+    def fp4_quant(x: T.Tensor((M, K), dtype), q: T.Tensor((M, K // 2), "uint8"),
+                  s: T.Tensor((M, K // 32), "uint8")):
+        with T.Kernel(T.ceildiv(M, warps), T.ceildiv(K, span * unroll), threads=threads) as (bx, by):
+            T.assume(K % 32 == 0)
+            tx = T.get_thread_binding()
+            row = bx * warps + tx // 32
+            g = T.alloc_local((unroll * nv,), dtype)
+            am = T.alloc_local((unroll,), "float32")
+            pk = T.alloc_local((unroll,), "uint32")
+            for u in T.unroll(unroll):
+                col = (by * unroll + u) * span + (tx % 32) * nv
+                if row < M and col < K:
+                    for v in T.vectorized(nv):
+                        g[u * nv + v] = x[row, col + v]
+                else:
+                    for v in T.vectorized(nv):
+                        g[u * nv + v] = T.cast(0, dtype)
+            for u in T.unroll(unroll):
+                am[u] = T.float32(0)
+                for v in T.unroll(nv):
+                    am[u] = T.max(am[u], T.abs(T.cast(g[u * nv + v], "float32")))
+                am[u] = T.max(am[u], T.shfl_xor(am[u], 2))
+                am[u] = T.max(am[u], T.shfl_xor(am[u], 1))
+            for u in T.unroll(unroll):
+                col = (by * unroll + u) * span + (tx % 32) * nv
+                sf = T.ieee_fdiv(T.max(am[u], T.float32(FP4_FLOOR)), T.float32(6.0))
+                e = ((T.reinterpret(sf, "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)
+                inv = T.reinterpret((T.uint32(254) - e) << T.uint32(23), "float32")
+                pk[u] = T.uint32(0)
+                for v in T.unroll(nv):
+                    pk[u] = pk[u] | (_e2m1(T, T.cast(g[u * nv + v], "float32") * inv) << T.uint32(4 * v))
+                if row < M and col < K:
+                    T.stg32(q[row, col // 2], pk[u])
+                    if tx % 4 == 0:
+                        s[row, col // 32] = T.cast(e, "uint8")
+
+    return fp4_quant
+
+
+def fp4_dequant_kernel(threads: int = 256, unroll: int = 2):
+    """q[M, K // 2] uint8, s[M, K // 32] uint8 -> out[M, K] bf16 (8 values a lane, 16-byte stores)."""
+    import tilelang.language as T
+
+    M, H = T.dynamic("M"), T.dynamic("H")
+    K = 2 * H
+    warps, nv = threads // 32, 8
+    span = 32 * nv
+
+    @T.prim_func
+    def fp4_dequant(q: T.Tensor((M, H), "uint8"), s: T.Tensor((M, H // 16), "uint8"),
+                    out: T.Tensor((M, K), "bfloat16")):
+        with T.Kernel(T.ceildiv(M, warps), T.ceildiv(K, span * unroll), threads=threads) as (bx, by):
+            T.assume(H % 16 == 0)
+            tx = T.get_thread_binding()
+            row = bx * warps + tx // 32
+            w = T.alloc_local((unroll,), "uint32")
+            sc = T.alloc_local((unroll,), "float32")
+            o = T.alloc_local((nv,), "bfloat16")
+            for u in T.unroll(unroll):
+                col = (by * unroll + u) * span + (tx % 32) * nv
+                if row < M and col < K:
+                    w[u] = T.reinterpret(T.ldg32(q[row, col // 2]), "uint32")
+                    sc[u] = T.reinterpret(T.cast(s[row, col // 32], "uint32") << T.uint32(23), "float32")
+            for u in T.unroll(unroll):
+                col = (by * unroll + u) * span + (tx % 32) * nv
+                if row < M and col < K:
+                    for v in T.unroll(nv):
+                        c = T.cast((w[u] >> T.uint32(4 * v)) & T.uint32(15), "int32")
+                        m = c & 7                   # |value| bits: 0, 0.5, then 2^(m//2 - 1) * (1 + (m%2)/2)
+                        mag = T.reinterpret(T.if_then_else(m < 2, m * 0x3F000000, ((126 + (m >> 1)) << 23)
+                                                           | ((m & 1) << 22)), "float32")
+                        o[v] = T.cast(T.if_then_else(c >= 8, -mag, mag) * sc[u], "bfloat16")
+                    T.stg128(out[row, col], T.reinterpret(o[T.Ramp(0, 1, 8)], "uint32x4"))
+
+    return fp4_dequant
+
+
+# ---- E5M6 ----------------------------------------------------------------------------------------
+def _e5m6(T, y):
+    """12-bit E5M6 code of fp32 y (tkreg/reference/quant.py: fp16 RTZ, then RNE from fp32 bits).
+
+    Normal fp16 range (biased fp32 exponent 113..142): the fp16 bits are the fp32 magnitude
+    rebased by 112 exponents, shifted right 13 (one subtract, one shift).
+    """
+    U = T.uint32
+    b = T.reinterpret(y, "uint32")
+    mag = b & U(0x7FFFFFFF)
+    ex = mag >> U(23)
+    h = T.if_then_else(
+        ex >= U(113),
+        T.if_then_else(ex <= U(142), (mag - U(112 << 23)) >> U(13),
+                       T.if_then_else(mag <= U(0x7F800000), U(0x7C00), U(0x7FFF))),
+        T.if_then_else(ex >= U(103), (U(0x800000) | (mag & U(0x7FFFFF))) >> (U(126) - ex), U(0)))
+    c = (h | ((b >> U(16)) & U(0x8000))) >> U(4)
+    return (c + T.cast((c & U(1)) + (b & U(0x1FFFF)) > U(0x10000), "uint32")) & U(0xFFF)
+
+
+def e5m6_quant_kernel(dtype: str, threads: int = 256, vecs: int = 8):
+    """x[M, K] -> p[M, 3K/2] uint8, s[M] fp32 (one scale per token; K % 8 == 0, K <= threads*8*vecs)."""
+    import tilelang.language as T
+
+    M, K = T.dynamic("M"), T.dynamic("K")
+    warps, nv = threads // 32, 8
+
+    @T.prim_func
+    def e5m6_quant(x: T.Tensor((M, K), dtype), p: T.Tensor((M, K * 3 // 2), "uint8"),
+                   s: T.Tensor((M,), "float32"), ue8m0: T.bool):
+        with T.Kernel(M, threads=threads) as row:
+            T.assume(K % 8 == 0)
+            tx = T.get_thread_binding()
+            g = T.alloc_local((vecs * nv,), dtype)
+            hc = T.alloc_local((nv,), "uint32")
+            am = T.alloc_local((1,), "float32")
+            red = T.alloc_shared((warps,), "float32")
+            for i in T.unroll(vecs):
+                col = (i * threads + tx) * nv
+                if col < K:
+                    for v in T.vectorized(nv):
+                        g[i * nv + v] = x[row, col + v]
+                else:
+                    for v in T.vectorized(nv):
+                        g[i * nv + v] = T.cast(0, dtype)
+            am[0] = T.float32(0)
+            for i in T.unroll(vecs * nv):
+                am[0] = T.max(am[0], T.abs(T.cast(g[i], "float32")))
+            for o in T.unroll(5):
+                am[0] = T.max(am[0], T.shfl_xor(am[0], 16 >> o))
+            if tx % 32 == 0:
+                red[tx // 32] = am[0]
+            T.sync_threads()
+            for w in T.unroll(warps):
+                am[0] = T.max(am[0], red[w])
+            sf = T.alloc_local((2,), "float32")
+            sf[0] = _scale(T, am[0], AMAX_FLOOR, E5M6_MAX, ue8m0)[0]
+            sf[1] = _scale(T, am[0], AMAX_FLOOR, E5M6_MAX, ue8m0)[1]
+            if tx == 0:
+                s[row] = sf[0]
+            for i in T.unroll(vecs):
+                col = (i * threads + tx) * nv
+                if col < K:
+                    for v in T.unroll(nv):
+                        hc[v] = _e5m6(T, T.cast(g[i * nv + v], "float32") * sf[1])
+                    off = col // 8 * 12
+                    T.stg32(p[row, off], (hc[0] << T.uint32(20)) | (hc[1] << T.uint32(8)) | (hc[2] >> T.uint32(4)))
+                    T.stg32(p[row, off + 4], (hc[2] << T.uint32(28)) | (hc[3] << T.uint32(16))
+                            | (hc[4] << T.uint32(4)) | (hc[5] >> T.uint32(8)))
+                    T.stg32(p[row, off + 8], (hc[5] << T.uint32(24)) | (hc[6] << T.uint32(12)) | hc[7])
+
+    return e5m6_quant
+
+
+def e5m6_dequant_kernel(threads: int = 256, unroll: int = 2):
+    """p[M, 3K/2] uint8, s[M] fp32 -> out[M, K] bf16 (8 values = 12 bytes a lane)."""
+    import tilelang.language as T
+
+    M, P = T.dynamic("M"), T.dynamic("P")
+    K = P // 3 * 2
+    warps, nv = threads // 32, 8
+    span = 32 * nv
+    U = T.uint32
+
+    @T.prim_func
+    def e5m6_dequant(p: T.Tensor((M, P), "uint8"), s: T.Tensor((M,), "float32"),
+                     out: T.Tensor((M, K), "bfloat16")):
+        with T.Kernel(T.ceildiv(M, warps), T.ceildiv(K, span * unroll), threads=threads) as (bx, by):
+            T.assume(P % 12 == 0)
+            tx = T.get_thread_binding()
+            row = bx * warps + tx // 32
+            w = T.alloc_local((unroll * 3,), "uint32")
+            hc = T.alloc_local((nv,), "uint32")
+            o = T.alloc_local((nv,), "bfloat16")
+            sc = T.alloc_local((1,), "float32")
+            if row < M:
+                sc[0] = s[row]
+            for u in T.unroll(unroll):
+                col = (by * unroll + u) * span + (tx % 32) * nv
+                if row < M and col < K:
+                    for j in T.unroll(3):
+                        w[u * 3 + j] = T.reinterpret(T.ldg32(p[row, col // 8 * 12 + 4 * j]), "uint32")
+            for u in T.unroll(unroll):
+                col = (by * unroll + u) * span + (tx % 32) * nv
+                if row < M and col < K:
+                    hc[0] = w[u * 3] >> U(20)
+                    hc[1] = w[u * 3] >> U(8)
+                    hc[2] = (w[u * 3] << U(4)) | (w[u * 3 + 1] >> U(28))
+                    hc[3] = w[u * 3 + 1] >> U(16)
+                    hc[4] = w[u * 3 + 1] >> U(4)
+                    hc[5] = (w[u * 3 + 1] << U(8)) | (w[u * 3 + 2] >> U(24))
+                    hc[6] = w[u * 3 + 2] >> U(12)
+                    hc[7] = w[u * 3 + 2]
+                    for v in T.unroll(nv):
+                        f = T.reinterpret(T.cast((hc[v] & U(0xFFF)) << U(4), "uint16"), "float16")
+                        o[v] = T.cast(T.cast(f, "float32") * sc[0], "bfloat16")
+                    T.stg128(out[row, col], T.reinterpret(o[T.Ramp(0, 1, 8)], "uint32x4"))
+
+    return e5m6_dequant
+
+
+# ---- FP8 cast back in the new layouts ----------------------------------------------------------
+def fp8_dequant_kernel(layout: str, threads: int = 256, unroll: int = 2):
+    """layout "group": q[R, C], s[R, ceil(C / 128)] with any strides (ss0, ss1);
+    "channel": q[M, K], s[ceil(M / 128), K] (scale per column per 128-row group)."""
+    import tilelang.language as T
+
+    R, C = T.dynamic("R"), T.dynamic("C")
+    warps, nv = threads // 32, 8
+    span = 32 * nv
+    if layout == "group":
+        ss0, ss1 = T.dynamic("ss0"), T.dynamic("ss1")
+        S = T.StridedTensor((R, (C + 127) // 128), (ss0, ss1), "float32")
+    else:
+        S = T.Tensor(((R + 127) // 128, C), "float32")
+
+    @T.prim_func
+    def fp8_dequant(q: T.Tensor((R, C), FP8), s: S, out: T.Tensor((R, C), "bfloat16")):
+        with T.Kernel(T.ceildiv(R, warps), T.ceildiv(C, span * unroll), threads=threads) as (bx, by):
+            T.assume(C % 8 == 0)
+            tx = T.get_thread_binding()
+            row = bx * warps + tx // 32
+            ql = T.alloc_local((unroll * nv,), FP8)
+            sc = T.alloc_local((unroll * nv,), "float32")
+            o = T.alloc_local((nv,), "bfloat16")
+            for u in T.unroll(unroll):
+                col = (by * unroll + u) * span + (tx % 32) * nv
+                if row < R and col < C:
+                    for v in T.vectorized(nv):
+                        ql[u * nv + v] = q[row, col + v]
+                    if layout == "group":
+                        sc[u * nv] = s[row, col // 128]
+                    else:
+                        for v in T.vectorized(nv):
+                            sc[u * nv + v] = s[row // 128, col + v]
+            for u in T.unroll(unroll):
+                col = (by * unroll + u) * span + (tx % 32) * nv
+                if row < R and col < C:
+                    if layout == "group":
+                        for v in T.unroll(nv):
+                            o[v] = T.cast(T.cast(ql[u * nv + v], "float32") * sc[u * nv], "bfloat16")
+                    else:
+                        for v in T.unroll(nv):
+                            o[v] = T.cast(T.cast(ql[u * nv + v], "float32") * sc[u * nv + v], "bfloat16")
+                    T.stg128(out[row, col], T.reinterpret(o[T.Ramp(0, 1, 8)], "uint32x4"))
+
+    return fp8_dequant
+
+
+# ---- specs ---------------------------------------------------------------------------------------
+def _x(shape):
+    return Tensor("x", shape, dtypes=DTYPES)
+
+
+SPECS = (
+    OpSpec(
+        name="tkreg.batched_transpose",
+        doc="x[B, M, N] -> [B, N, M] for 1-, 2- and 4-byte elements (the typed ops view other dtypes "
+            "of those sizes as uint8 / float16 / int32)",
+        tensors=(Tensor("x", ("B", "M", "N"), dtypes=tuple(d for d, _, _ in TRANSPOSE.values())),
+                 Tensor("out", ("B", "N", "M"), dtype_of="x", role="output")),
+        factory=transpose_kernel,
+        variants=tuple(Variant(dict(dtype=d, rows=r, cols=c), rule="B <= 65535") for d, r, c in TRANSPOSE.values()),
+        reference=_REF + "batched_transpose"),
+    OpSpec(
+        name="tkreg.per_channel_quant_fp8",
+        doc="x[M, K] -> q[M, K] e4m3, s[ceil(M / 128), K] fp32: amax per channel over groups of 128 "
+            "tokens (TileKernels' per_channel_cast; K % 8 == 0)",
+        tensors=(_x(("M", "K")), Tensor("q", ("M", "K"), dtype=FP8, role="output"),
+                 Tensor("s", ("(M + 127) // 128", "K"), dtype="float32", role="output")),
+        scalars=(_UE8M0,), factory=channel_quant_kernel,
+        variants=tuple(Variant(dict(dtype=d), rule="K % 8 == 0") for d in DTYPES),
+        reference=_REF + "per_channel_quant_fp8"),
+    OpSpec(
+        name="tkreg.per_channel_quant_fp8_transpose",
+        doc="x[M, K] -> q^T[K, M] e4m3, s[ceil(M / 128), K] fp32 (per-channel, 128-token groups; "
+            "for weight-gradient GEMMs; K % 8 == 0)",
+        tensors=(_x(("M", "K")), Tensor("q", ("K", "M"), dtype=FP8, role="output"),
+                 Tensor("s", ("(M + 127) // 128", "K"), dtype="float32", role="output")),
+        scalars=(_UE8M0,), factory=channel_quant_kernel,
+        variants=tuple(Variant(dict(dtype=d, transpose=1), rule="K % 8 == 0") for d in DTYPES),
+        reference=_REF + "per_channel_quant_fp8_transpose"),
+    OpSpec(
+        name="tkreg.silu_and_mul_per_channel_quant_fp8_transpose",
+        doc="x[M, 2I] -> silu(x[:, :I]) * x[:, I:] (fp32, fast-math silu) -> q^T[I, M] e4m3, "
+            "s[ceil(M / 128), I] fp32 (I % 8 == 0)",
+        tensors=(_x(("M", "N")), Tensor("q", ("N // 2", "M"), dtype=FP8, role="output"),
+                 Tensor("s", ("(M + 127) // 128", "N // 2"), dtype="float32", role="output")),
+        scalars=(_UE8M0,), factory=channel_quant_kernel,
+        variants=tuple(Variant(dict(dtype=d, transpose=1, silu=1), rule="N % 16 == 0") for d in DTYPES),
+        reference=_REF + "silu_and_mul_per_channel_quant_fp8_transpose"),
+    OpSpec(
+        name="tkreg.silu_and_mul_backward_quant_fp8",
+        doc="(dy[M, I], x[M, 2I]) -> dx = [dy*u*s*(1+g*(1-s)) | dy*g*s] in fp32 (s = sigmoid(g), fast "
+            "math) -> q[M, 2I] e4m3, s[M, 2I // 128] fp32 (I % 128 == 0)",
+        tensors=(Tensor("dy", ("M", "N // 2"), dtypes=DTYPES), Tensor("x", ("M", "N"), dtype_of="dy"),
+                 Tensor("q", ("M", "N"), dtype=FP8, role="output"),
+                 Tensor("s", ("M", "N // 128"), dtype="float32", role="output")),
+        scalars=(_UE8M0,), factory=silu_backward_quant_kernel,
+        variants=tuple(Variant(dict(dtype=d), rule="N % 256 == 0") for d in DTYPES),
+        reference=_REF + "silu_and_mul_backward_quant_fp8"),
+    OpSpec(
+        name="tkreg.per_token_group_quant_fp4",
+        doc="x[M, K] -> q[M, K // 2] uint8 (OCP MXFP4 e2m1, RNE, two a byte, low nibble first), "
+            "s[M, K // 32] uint8 E8M0 = 2^ceil(log2(amax / 6)) (K % 32 == 0)",
+        tensors=(_x(("M", "K")), Tensor("q", ("M", "K // 2"), dtype="uint8", role="output"),
+                 Tensor("s", ("M", "K // 32"), dtype="uint8", role="output")),
+        factory=fp4_quant_kernel,
+        variants=tuple(Variant(dict(dtype=d), rule="K % 32 == 0") for d in DTYPES),
+        reference=_REF + "per_token_group_quant_fp4"),
+    OpSpec(
+        name="tkreg.per_token_group_dequant_fp4",
+        doc="q[M, K // 2] uint8 e2m1 pairs, s[M, K // 32] uint8 E8M0 -> bf16 (exact)",
+        tensors=(Tensor("q", ("M", "H"), dtypes=("uint8",)),
+                 Tensor("s", ("M", "H // 16"), dtype="uint8"),
+                 Tensor("out", ("M", "2 * H"), dtype="bfloat16", role="output")),
+        factory=fp4_dequant_kernel, variants=(Variant({}, rule="H % 16 == 0"),),
+        reference=_REF + "per_token_group_dequant_fp4"),
+    OpSpec(
+        name="tkreg.quant_e5m6",
+        doc="x[M, K] -> p[M, 3K/2] uint8 (12-bit E5M6 codes, 8 per 12 bytes), s[M] fp32 per token "
+            "(TileKernels' per_token_cast_to_e5m6; K % 8 == 0, K <= 16384)",
+        tensors=(_x(("M", "K")), Tensor("p", ("M", "K * 3 // 2"), dtype="uint8", role="output"),
+                 Tensor("s", ("M",), dtype="float32", role="output")),
+        scalars=(_UE8M0,), factory=e5m6_quant_kernel,
+        variants=tuple(Variant(dict(dtype=d), rule="K % 8 == 0 and K <= 16384") for d in DTYPES),
+        reference=_REF + "quant_e5m6"),
+    OpSpec(
+        name="tkreg.dequant_e5m6",
+        doc="p[M, P = 3K/2] uint8 E5M6, s[M] fp32 -> bf16 [M, K] (K % 8 == 0, i.e. P % 12 == 0)",
+        tensors=(Tensor("p", ("M", "P"), dtypes=("uint8",)), Tensor("s", ("M",), dtype="float32"),
+                 Tensor("out", ("M", "P // 3 * 2"), dtype="bfloat16", role="output")),
+        factory=e5m6_dequant_kernel, variants=(Variant({}, rule="P % 12 == 0"),),
+        reference=_REF + "dequant_e5m6"),
+    OpSpec(
+        name="tkreg.group_dequant_fp8",
+        doc="q[R, C] e4m3, s[R, ceil(C / 128)] fp32 with any strides (row-major, DeepGEMM column-major "
+            "view, or s.t() of per-channel scales for a q^T) -> bf16 q * s (C % 8 == 0)",
+        tensors=(Tensor("q", ("R", "C"), dtypes=(FP8,)),
+                 Tensor("s", ("R", "(C + 127) // 128"), dtype="float32", strides=("ss0", "ss1")),
+                 Tensor("out", ("R", "C"), dtype="bfloat16", role="output")),
+        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="group"), rule="C % 8 == 0"),),
+        reference=_REF + "group_dequant_fp8"),
+    OpSpec(
+        name="tkreg.per_channel_dequant_fp8",
+        doc="q[M, K] e4m3, s[ceil(M / 128), K] fp32 -> bf16 q * s (K % 8 == 0)",
+        tensors=(Tensor("q", ("R", "C"), dtypes=(FP8,)),
+                 Tensor("s", ("(R + 127) // 128", "C"), dtype="float32"),
+                 Tensor("out", ("R", "C"), dtype="bfloat16", role="output")),
+        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="channel"), rule="C % 8 == 0"),),
+        reference=_REF + "per_channel_dequant_fp8"),
+)

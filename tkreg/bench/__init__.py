@@ -204,7 +204,12 @@ def markdown(res: dict, jit: dict | None = None) -> str:
            f"Command: `{res['command']} --json results.json` then `python -m tkreg.bench results.json > BENCHMARKS.md`.\n",
            f"Ratios are peer time / tkreg time (> 1: tkreg is faster), measured in the same process. "
            f"Memory ceiling (device copy, read + write): **{res['copy_gbs']:.0f} GB/s**.\n",
-           "| op | case | impl | time (ms) | rate | % of copy BW | vs peers |", "|---|---|---|---:|---:|---:|---|"]
+           ]
+    if res.get("runs"):   # a table merged from several runs (`merge`): say which rows came from which
+        out += ["Rows by run (same GPU kind; each family's rows come from one run):\n"] + [
+            f"- {', '.join(r['families'])}: {r['date']}, `{r['command']}`" + (f" ({r['note']})" if r.get("note") else "")
+            for r in res["runs"]] + [""]
+    out += ["| op | case | impl | time (ms) | rate | % of copy BW | vs peers |", "|---|---|---|---:|---:|---:|---|"]
     for r in res["rows"]:
         rate = f"{r['metric']:.0f} {r['unit']}" if r["unit"] else ""
         pct = f"{r['pct_ceiling']:.0f}%" if r["pct_ceiling"] else ""
@@ -233,6 +238,22 @@ def markdown(res: dict, jit: dict | None = None) -> str:
                 f"{min(rn.get('seconds', [0])):.2f}-{max(rn.get('seconds', [0])):.2f} s per kernel, plus "
                 f"{jit['import_tilelang_s']:.1f} s to import tilelang — in every process without a warm cache."]
     return "\n".join(out) + "\n"
+
+
+def merge(base: dict, parts: list) -> dict:
+    """`base` (a full run: host cost, cold start, its families' rows) plus, for each (results, families,
+    note) in `parts`, that run's rows of those families, replacing base's rows of them; the result
+    lists every run under "runs" so the rendered table says which rows came from where."""
+    def fams(rows):
+        return sorted({r["op"] for r in rows})
+    out = dict(base, rows=list(base["rows"]))
+    runs = [dict(families=fams(base["rows"]), date=base["date"], command=base["command"])]
+    for res, families, note in parts:
+        take = [r for r in res["rows"] if r["op"] in families]
+        out["rows"] = [r for r in out["rows"] if r["op"] not in families] + take
+        runs.append(dict(families=fams(take), date=res["date"], command=res["command"], note=note))
+    out["runs"] = runs
+    return out
 
 
 def plot(res: dict, path: str) -> bool:

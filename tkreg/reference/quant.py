@@ -203,11 +203,11 @@ def e5m6_pack(c):
 def e5m6_unpack(p):
     """uint8 [M, 3K/2] -> codes [M, K] (int64)."""
     import torch
-    m = p.shape[0]
-    w = p.contiguous().view(torch.int32).long().view(m, -1, 3) & 0xFFFFFFFF
+    m, groups = p.shape[0], p.shape[1] // 12          # 12 bytes = three words = eight codes
+    w = p.contiguous().view(torch.int32).long().view(m, groups, 3) & 0xFFFFFFFF
     w0, w1, w2 = w[..., 0], w[..., 1], w[..., 2]
     h = [w0 >> 20, w0 >> 8, (w0 << 4) | (w1 >> 28), w1 >> 16, w1 >> 4, (w1 << 8) | (w2 >> 24), w2 >> 12, w2]
-    return (torch.stack(h, -1) & 0xFFF).view(m, -1)
+    return (torch.stack(h, -1) & 0xFFF).view(m, groups * 8)
 
 
 def e5m6_values(c):

@@ -50,3 +50,14 @@ def test_bandwidth_rows_and_failed_peers(monkeypatch):
     assert [r.impl for r in rows] == ["tkreg", "eager"]
     assert rows[0].metric == pytest.approx(4000.0) and rows[0].pct_ceiling == pytest.approx(100.0)
     assert rows[0].vs == {"eager": 2.0} and rows[1].metric == pytest.approx(2000.0)
+
+
+def test_merge_replaces_a_family_and_names_every_run(results):
+    other = dict(results, date="2099-01-01", command="python -m tkreg bench --ops gemm",
+                 rows=[dict(r, ms=r["ms"] * 2) for r in results["rows"] if r["op"] == "gemm"])
+    merged = bench.merge(results, [(other, {"gemm"}, "a later run")])
+    gemm = [r for r in merged["rows"] if r["op"] == "gemm"]
+    assert gemm == other["rows"] and len(merged["rows"]) == len(results["rows"])
+    md = bench.markdown(merged)
+    assert "2099-01-01, `python -m tkreg bench --ops gemm` (a later run)" in md
+    assert [r["date"] for r in merged["runs"]] == [results["date"], "2099-01-01"]

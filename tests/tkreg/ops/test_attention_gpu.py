@@ -1,8 +1,10 @@
 """Flash attention on a real GPU, from the installed wheel, against the fp32 torch reference.
 
-The reference runs on fp32 copies of the inputs and is not rounded, so the bar (relative
-Frobenius error <= 2e-3 for the output, 1e-3 absolute for lse) covers the kernel's bf16 P matrix
-and its output rounding (~1.1e-3 for bf16 alone).  Varlen must equal the fixed-length kernel on
+The reference runs on fp32 copies of the inputs and is not rounded.  Bars: relative Frobenius
+error <= 2e-3 for fp16 outputs and 1e-3 absolute for lse; bf16 outputs <= 3e-3, because rounding
+the output to bf16 alone costs ~1.6e-3 and rounding P to bf16 for the p v matmul (as FlashAttention
+and cuDNN do) as much again: measured 2.0-2.4e-3, the same as torch's own flash SDPA on the same
+inputs (test_bf16_error_matches_torch_flash_sdpa).  Varlen must equal the fixed-length kernel on
 each sequence bit for bit: same tiles, same math, only the addressing differs.
 """
 from __future__ import annotations
@@ -33,7 +35,8 @@ def check(out, lse, q, k, v, causal, scale=0.0, what=""):
     ro, rl = reference.flash_attention(q.float(), k.float(), v.float(), causal, scale)
     assert not out.isnan().any() and not lse.isnan().any(), what
     if ro.norm() > 0:
-        assert rel_err(out, ro) <= 2e-3, (what, rel_err(out, ro))
+        bar = 3e-3 if out.dtype == BF16 else 2e-3
+        assert rel_err(out, ro) <= bar, (what, rel_err(out, ro))
     fin = torch.isfinite(rl)
     assert torch.equal(torch.isfinite(lse), fin), what
     assert (lse[~fin] == NEG_INF).all() and (out.float().abs().amax(-1)[rl.transpose(1, 2) == NEG_INF] == 0).all(), what
@@ -55,6 +58,18 @@ def test_matches_fp32_reference(shape, causal, d, dt, seed):
     out, lse = ops.flash_attention(q, k, v, causal=causal)
     assert out.shape == q.shape and out.dtype == dt and lse.shape == (shape[0], shape[3], shape[1])
     check(out, lse, q, k, v, causal, what=(shape, causal, d, dt))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_error_matches_torch_flash_sdpa(causal, seed):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    q, k, v = qkv(2, 1024, 1024, 8, 8, 128, BF16)
+    ro, _ = reference.flash_attention(q.float(), k.float(), v.float(), causal)
+    out, _ = ops.flash_attention(q, k, v, causal=causal)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        peer = torch.nn.functional.scaled_dot_product_attention(*(x.transpose(1, 2) for x in (q, k, v)),
+                                                                is_causal=causal).transpose(1, 2)
+    assert rel_err(out, ro) <= 1.15 * rel_err(peer, ro), (rel_err(out, ro), rel_err(peer, ro))
 
 
 def test_softmax_scale_and_empty_rows(seed):

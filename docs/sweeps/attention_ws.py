@@ -1,4 +1,9 @@
-"""Hopper flash attention forward, FlashAttention-3 style (after TileOPs' `gqa_fwd_ws.py`).
+"""NOT SHIPPED: a Hopper flash attention forward, FlashAttention-3 style (after TileOPs'
+`gqa_fwd_ws.py`), kept as the starting point for the next attention pass.  It is correct (varlen
+bit-identical to fixed-length, every sweep check passed) but measured slower than the shipped
+kernel on the H200: 280-357 TFLOP/s at d128 against 431-509 (docs/attention-tuning.md).  The
+difference from TileOPs' kernel is persistence: TileOPs keeps 132 CTAs and overlaps one tile's
+epilogue with the next tile's loads; this one launches a CTA per 128 query rows.
 
 One CTA = 128 query rows of one head, three warpgroups:
   producer  (threads 0-127)    TMA-loads K and V tiles into two-slot rings (mbarriers full/empty);

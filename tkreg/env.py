@@ -9,6 +9,8 @@ SWITCHES = {
     "TKREG_DISABLE_PLUGINS": "`1`: load no plugin packs",
     "TKREG_PACKS": "extra pack folders to load, separated by `:` (like tkreg.register_pack)",
     "TKREG_DISABLE_SHIM": "`1`: read tensors through their Python attributes, not torch's C shim (slower)",
+    "TKREG_CHECK_PAGES": "`1`: paged_decode_attention checks seq_lens and the block table's used entries "
+                         "on the GPU before each launch (one sync per call; read at import)",
 }
 
 
@@ -30,6 +32,10 @@ def plugin_allow_list() -> set | None:
 
 def shim_disabled() -> bool:
     return os.environ.get("TKREG_DISABLE_SHIM", "").strip() not in ("", "0")
+
+
+def check_pages() -> bool:
+    return os.environ.get("TKREG_CHECK_PAGES", "").strip() not in ("", "0")
 
 
 def extra_packs() -> list[str]:

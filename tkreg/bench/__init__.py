@@ -125,7 +125,7 @@ def cold_start_ms(runs=7) -> tuple[float, float]:
 
 
 # One module per op family, each with `cases(quick, ceiling, progress) -> list[Row]`.
-FAMILIES = ("norm", "gemm", "activation", "rotary", "fp8")
+FAMILIES = ("norm", "gemm", "activation", "rotary", "fp8", "paged_attention")
 
 
 def _family(name):

@@ -8,5 +8,6 @@ from .fp8 import (per_block_dequant, per_block_quant_fp8, per_token_group_dequan
                   per_token_group_quant_fp8, silu_and_mul_quant_fp8)
 from .gemm import fp8_gemm, gemm  # noqa: F401
 from .norm import fused_add_rms_norm, rms_norm, rms_norm_backward  # noqa: F401
+from .paged_attention import paged_decode_attention  # noqa: F401
 from .rotary import rotary_embedding  # noqa: F401
 

@@ -9,4 +9,5 @@ from .fp8 import (per_block_dequant, per_block_quant_fp8, per_token_group_dequan
                   silu_and_mul_quant_fp8, silu_and_mul_quant_fp8_colmajor)
 from .gemm import gemm  # noqa: F401
 from .norm import fused_add_rms_norm, rms_norm, rms_norm_backward  # noqa: F401
+from .paged_attention import paged_decode_attention  # noqa: F401
 from .rotary import rotary_embedding  # noqa: F401

@@ -66,6 +66,12 @@ def _same_function(a: list, b: list) -> bool:
     return True
 
 
+def _fix(prog: list, static: dict) -> list:
+    """A spec program with the variant's static sizes put in (a number when nothing else is left)."""
+    p = [static.get(x[1:], x) if isinstance(x, str) and x.startswith("$") else x for x in prog]
+    return [expr.evaluate(p, {})] if len(p) > 1 and not expr.symbols(p) else p
+
+
 def kernel_dtypes(func) -> dict:
     """{tensor: dtype} of a prim_func's buffers, before any lowering."""
     return {b.name: _dtype_name(b.dtype) for b in (func.buffer_map[p] for p in func.params if p in func.buffer_map)}
@@ -96,6 +102,7 @@ def extract(spec: OpSpec, variant: Variant, func, artifact) -> Plan:
 
     params = {p: variant.kwargs()[p] for p in spec.param_symbols()}
     dtypes, constraints = {}, []
+    static = {}     # size symbol -> the number this variant bakes in (its `X == c` constraints)
     for t in spec.tensors:
         if t.name not in buffers:
             continue
@@ -121,13 +128,19 @@ def extract(spec: OpSpec, variant: Variant, func, artifact) -> Plan:
             text = f"{expr.to_text(sd)} == {c}"
             if text not in [k.text for k in constraints]:
                 constraints.append(Constraint(text, sd + [c, "=="]))
+            if len(sd) == 1 and isinstance(sd[0], str):
+                static[sd[0][1:]] = c
+    for t in spec.tensors:   # strides once every static size is known: ("sq", "D", 1) with D baked in
+        if t.name not in buffers:
+            continue
+        b = buffers[t.name]
         kstrides = [to_program(s) for s in b.strides] if b.strides else [to_program(s) for s in _compact_strides(b.shape)]
         want = t.stride_progs()
         if want is None:
             if b.strides and kstrides != [to_program(s) for s in _compact_strides(b.shape)]:
                 raise SpecError(f"{where}: `{t.name}` has strides in the kernel; declare them in the spec "
                                 "(Tensor(..., strides=(...)))")
-        elif any(k != w and not _same_function(k, w) for k, w in zip(kstrides, want)):
+        elif any(k != w and not _same_function(k, w) for k, w in zip(kstrides, (_fix(w, static) for w in want))):
             raise SpecError(f"{where}: `{t.name}` has strides {[str(s) for s in b.strides]} in the kernel but "
                             f"{list(t.strides)} in the spec")
     roots = spec.dtype_roots()

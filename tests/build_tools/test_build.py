@@ -186,3 +186,45 @@ def test_gemm_cubins_do_not_depend_on_the_build_folder(tmp_path):
     build(tmp_path / "o2", cache_root=tmp_path / "x" / "c2", **kw)
     a, b = tmp_path / "o1" / "sm_100a", tmp_path / "o2" / "sm_100a"
     assert (a / "manifest.json").read_bytes() == (b / "manifest.json").read_bytes()
+
+
+STRIDED = '''
+from tkreg.spec import OpSpec, Tensor, Variant
+
+
+def copy_kernel(N, dtype):
+    import tilelang.language as T
+    M, H, sx = T.dynamic("M"), T.dynamic("H"), T.dynamic("sx")
+
+    @T.prim_func
+    def copy(x: T.StridedTensor((M, H, N), (sx, N, 1), dtype), out: T.Tensor((M, H, N), dtype)):
+        with T.Kernel(M, threads=128) as bx:
+            for h in T.serial(H):
+                for j in T.Parallel(N):
+                    out[bx, h, j] = x[bx, h, j]
+    return copy
+
+
+SPECS = (OpSpec(
+    name="t.copy",
+    tensors=(Tensor("x", ("M", "H", "N"), dtypes=("bfloat16",), strides=("sx", {stride}, 1)),
+             Tensor("out", ("M", "H", "N"), dtype_of="x", role="output")),
+    factory=copy_kernel,
+    variants=(Variant({{"N": 256, "dtype": "bfloat16"}}),),
+),)
+'''
+
+
+@pytest.mark.parametrize("stride, ok", [('"N"', True), ('"2 * N"', False)])
+def test_strides_may_name_a_size_the_variant_bakes_in(tmp_path, stride, ok):
+    """x[M, H, N] rows strided by sx, heads by N: the kernel's stride is the number N == 256."""
+    d = tmp_path / "strided"
+    d.mkdir()
+    (d / "fam.py").write_text(STRIDED.format(stride=stride))
+    if not ok:
+        with pytest.raises(BuildError, match=r"`x` has strides \['sx', '256', '1'\] in the kernel but"):
+            _build(d, tmp_path / "out", tmp_path / "cache")
+        return
+    _build(d, tmp_path / "out", tmp_path / "cache")
+    (v,) = manifest.load(tmp_path / "out" / "sm_90a" / "manifest.json").op("t.copy").variants
+    assert v.plan.constraints == (Constraint("N == 256", ("$N", 256, "==")),)

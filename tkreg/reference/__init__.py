@@ -14,6 +14,7 @@ from .grouped_gemm import (fp8_grouped_gemm, fp8_grouped_gemm_masked, grouped_ge
 from .moe import (expert_counts, group_limited_topk_gate, moe_combine, moe_expand,  # noqa: F401
                   moe_expand_fp8, moe_expand_fp8_colmajor, moe_mapping, topk_gate)
 from .norm import fused_add_rms_norm, rms_norm, rms_norm_backward  # noqa: F401
+from .paged_attention import paged_decode_attention  # noqa: F401
 from .quant import (batched_transpose, dequant_e5m6, group_dequant_fp8, per_channel_dequant_fp8,  # noqa: F401
                     per_channel_quant_fp8, per_channel_quant_fp8_transpose, per_token_group_dequant_fp4,
                     per_token_group_quant_fp4, quant_e5m6, silu_and_mul_backward_quant_fp8,

@@ -24,7 +24,6 @@ def test_dispatch_by_head_dim_and_dtype(arch, dt, d):
     for causal in (False, True):
         e = tkreg.explain("flash_attention", *qkv(d=d, dt=dt), causal=causal, arch=arch)
         assert f"dim={d}," in e.chosen and f"dtype={str(dt)[6:]}" in e.chosen, str(e)
-        assert ("fa3=true" in e.chosen) == (arch == "sm_90a")
     cu = torch.tensor([0, 16], dtype=torch.int32)
     q, k, v = (x[0] for x in qkv(d=d, dt=dt))
     e = tkreg.explain("flash_attention_varlen", q, k, v, cu, cu, 16, 16, arch=arch)

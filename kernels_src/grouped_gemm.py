@@ -98,6 +98,13 @@ def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: i
                 e = bz
                 hi = T.max(T.min(groups[bz], M), 0)
                 valid = T.if_then_else(m0 < hi, 1, 0)
+            if fp8:
+                # Producer 24 / consumers 240 registers (setmaxnreg), as tilelang gives the dense
+                # fp8_gemm.  It leaves them out here (the producer computes the expert search), and
+                # the contiguous kernel then deadlocked on the H200 within 30 launches of 8 x 4096
+                # rows (every other variant tried: docs/grouped-gemm-hang.md); with them: none.
+                T.annotate_producer_reg_dealloc()
+                T.annotate_consumer_reg_alloc()
             T.clear(acc)
             for k in T.Pipelined(iters * valid, num_stages=stages):
                 if contiguous:

@@ -108,7 +108,7 @@ def enable_shim(_launcher, torch) -> None:
         return
     found = _shim_functions(torch)
     types = (torch.Tensor, torch.nn.Parameter)
-    if found is None or not _launcher.set_shim(*found, types, False):
+    if found is None or not _launcher.set_shim(*found, types, False, 0):
         SHIM_STATE.update(active=False, why="this torch exports no aoti_torch_* shim")
         return
     probes = [torch.randn(3, 5)[:, 1:], torch.zeros(0, 4, dtype=torch.bfloat16), torch.ones(2, 3, 4, dtype=torch.float16),
@@ -123,14 +123,30 @@ def enable_shim(_launcher, torch) -> None:
                           "attribute path", RuntimeWarning, stacklevel=3)
             return
     direct = all(direct_read_ok(t) for t in probes)
-    _launcher.set_shim(*found, types, direct)
-    SHIM_STATE.update(active=True, why="aoti_torch_* shim, self-checked" + (", direct TensorImpl read" if direct else ""))
+    grad_off = autograd_meta_offset(torch) if direct else 0
+    _launcher.set_shim(*found, types, direct, grad_off)
+    SHIM_STATE.update(active=True, why="aoti_torch_* shim, self-checked" + (", direct TensorImpl read" if direct else "")
+                      + (", autograd meta read" if grad_off else ""))
 
 
 def direct_read_ok(t) -> bool:
     """Is the TensorImpl* the word after PyObject_HEAD, as `_cdata` says?  Then the launcher reads it
     there (~60 ns a tensor less than the attribute).  Older torch keeps a MaybeOwned<Tensor> there."""
     return ctypes.c_void_p.from_address(id(t) + object.__basicsize__).value == t._cdata
+
+
+AUTOGRAD_META = 24   # c10::TensorImpl: vtable, two refcounts, storage_, then autograd_meta_
+
+
+def autograd_meta_offset(torch) -> int:
+    """AUTOGRAD_META when that TensorImpl word is null for tensors that never met autograd and set
+    for ones that did, else 0.  Then the launcher's grad-mode check skips the `requires_grad`
+    attribute (~0.1 us a tensor) for tensors with no autograd meta: those cannot require grad."""
+    def word(t):
+        return ctypes.c_void_p.from_address(t._cdata + AUTOGRAD_META).value
+    plain = [torch.empty(3), torch.zeros(2, 4, dtype=torch.bfloat16), torch.empty(4, requires_grad=True).detach()]
+    grad = [torch.empty(2, requires_grad=True), torch.nn.Parameter(torch.ones(3)), torch.zeros(5).requires_grad_()]
+    return AUTOGRAD_META if all(word(t) is None for t in plain) and all(word(t) for t in grad) else 0
 
 
 @functools.lru_cache(maxsize=None)

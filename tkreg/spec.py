@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib
 import json
 import re
-from dataclasses import field
 from typing import Any, Callable, Mapping
 
 from . import expr as _expr
@@ -27,7 +26,7 @@ from .codes import DEVICE_SYMBOLS, DTYPES as _DTYPE_CODES
 from .codes import ROLES as _ROLE_CODES
 from .codes import TYPES as _TYPE_CODES
 from .errors import SpecError
-from .record import RECORD, Fields
+from .record import RECORD, Fields, field
 
 DTYPES = tuple(_DTYPE_CODES)
 SCALAR_TYPES = tuple(_TYPE_CODES)

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tkreg.native import SHIM_STATE, describe, direct_read_ok, enable_shim, launcher
+from tkreg.native import AUTOGRAD_META, SHIM_STATE, autograd_meta_offset, describe, direct_read_ok, enable_shim, launcher
 
 DT = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8, torch.bool]
 
@@ -41,6 +41,24 @@ def test_direct_tensorimpl_read_is_checked():
     assert direct_read_ok(t) is layout_ok and direct_read_ok(torch.nn.Parameter(torch.zeros(3))) is layout_ok
     t = torch.arange(6.0)[1:]
     assert launcher().shim_probe(t) == describe(t)
+
+
+def test_autograd_meta_read_is_checked():
+    """The launcher skips `requires_grad` only for tensors whose TensorImpl has no autograd meta;
+    every tensor that requires grad (leaves, views, op outputs, Parameters) must have it."""
+    import ctypes
+    off = autograd_meta_offset(torch)
+    assert off in (0, AUTOGRAD_META)
+    assert ("autograd meta" in SHIM_STATE["why"]) == bool(off), SHIM_STATE
+    if not off:
+        pytest.skip("this torch's TensorImpl layout differs: the attribute path is used")
+    x = torch.randn(4, 6, requires_grad=True)
+    needs = [x, x[1:], x.t(), x * 2, x.view(24), torch.nn.Parameter(torch.ones(2)), torch.zeros(3).requires_grad_()]
+    for t in needs:
+        assert t.requires_grad and ctypes.c_void_p.from_address(t._cdata + off).value, t
+    with torch.no_grad():
+        y = x * 2                       # made with grad off: no meta, and it needs none
+    assert not y.requires_grad
 
 
 def test_subclasses_take_the_attribute_path():

@@ -31,7 +31,7 @@ static PyObject *g_describe, *g_empty_like, *g_new_empty, *g_grad_on, *g_driver,
  * torch` loaded): sizes, strides, dtype, device and data of an exact torch.Tensor / Parameter in
  * nanoseconds.  Anything else goes through Python (`describe`). */
 static struct {
-    int ok, direct; /* direct: the TensorImpl* is the word after PyObject_HEAD (checked in Python) */
+    int ok, direct, grad_off; /* the TensorImpl* is the word after PyObject_HEAD; its autograd_meta_ at grad_off (0: unknown); checked in Python */
     struct { /* as tkreg.native packs them; stream and grad_on may be NULL */
         int32_t (*data_ptr)(void *, void **), (*sizes)(void *, int64_t **), (*strides)(void *, int64_t **),
             (*dim)(void *, int64_t *), (*dtype)(void *, int32_t *), (*devtype)(void *, int32_t *), (*devidx)(void *, int32_t *),
@@ -424,16 +424,16 @@ static int validate(Op *o, Call *c) {
 /* 1 when grad mode is on and an input requires grad: autograd must record the call, which the
  * fast path cannot, so Python's hook routes it (or refuses it).  -1 on error. */
 static int needs_autograd(Op *o, Call *c) {
-    PyObject *r = NULL;
-    int on = 0, yes = 0;
+    PyObject *r = NULL; int on = 0, yes = 0;
     if (g_shim.ok && g_shim.fn.grad_on) on = g_shim.fn.grad_on();
     else if ((r = PyObject_CallObject(g_grad_on, NULL))) on = r == Py_True, Py_DECREF(r);
     else PyErr_Clear();
     for (int i = 0; on && !yes && i < o->p.nt; i++) {
-        if (!c->t[i].obj || (o->p.t[i].role != ROLE_INPUT && o->p.t[i].role != ROLE_INPLACE)) continue;
-        if (!(r = PyObject_GetAttr(c->t[i].obj, s_requires_grad))) return -1;
-        yes = r == Py_True;
-        Py_DECREF(r);
+        PyObject *x = c->t[i].obj; /* an exact Tensor with no AutogradMeta cannot require grad: skip the attribute */
+        if (!x || (o->p.t[i].role != ROLE_INPUT && o->p.t[i].role != ROLE_INPLACE) ||
+            (g_shim.grad_off && Py_TYPE(x) == (PyTypeObject *)g_shim.types[0] && !*(void **)(*(char **)((char *)x + sizeof(PyObject)) + g_shim.grad_off))) continue;
+        if (!(r = PyObject_GetAttr(x, s_requires_grad))) return -1;
+        yes = r == Py_True, Py_DECREF(r);
     }
     return yes;
 }
@@ -655,17 +655,17 @@ static PyObject *m_init(PyObject *m, PyObject *args) {
 }
 
 /* set_shim(None) turns the shim off; set_shim(the 9 aoti_torch_* addresses packed as uint64, dtype
- * codes, cpu code, cuda code, (Tensor, Parameter), direct) turns it on. */
+ * codes, cpu code, cuda code, (Tensor, Parameter), direct, autograd_meta_ offset) turns it on. */
 static PyObject *m_set_shim(PyObject *m, PyObject *args) {
     PyObject *fns, *codes, *types;
-    int cpu, cuda, direct;
-    g_shim.ok = g_shim.direct = 0;
+    int cpu, cuda, direct, grad_off;
+    g_shim.ok = g_shim.direct = g_shim.grad_off = 0;
     if (PyTuple_Size(args) == 1 && PyTuple_GetItem(args, 0) == Py_None) Py_RETURN_NONE;
-    if (!PyArg_ParseTuple(args, "O!O!iiO!p:set_shim", &PyBytes_Type, &fns, &PyTuple_Type, &codes, &cpu, &cuda, &PyTuple_Type, &types, &direct)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!O!iiO!pi:set_shim", &PyBytes_Type, &fns, &PyTuple_Type, &codes, &cpu, &cuda, &PyTuple_Type, &types, &direct, &grad_off)) return NULL;
     if (PyTuple_Size(codes) != NDTYPES || PyTuple_Size(types) != 2) return PyErr_Format(PyExc_ValueError, "set_shim: bad arguments");
     for (int d = 0; d < NDTYPES; d++) g_shim.scalar_type[d] = (int32_t)PyLong_AsLong(PyTuple_GetItem(codes, d));
     for (int k = 0; k < 2; k++) SET(g_shim.types[k], PyTuple_GetItem(types, k));
-    g_shim.cpu = cpu, g_shim.cuda = cuda, g_shim.direct = direct;
+    g_shim.cpu = cpu, g_shim.cuda = cuda, g_shim.direct = direct, g_shim.grad_off = direct ? grad_off : 0;
     g_shim.ok = take(fns, sizeof g_shim.fn, &g_shim.fn) && !PyErr_Occurred();
     return PyErr_Occurred() ? NULL : PyBool_FromLong(g_shim.ok);
 }
@@ -680,7 +680,7 @@ static PyObject *m_modules_loaded(PyObject *m, PyObject *noargs) { return PyLong
 
 static PyMethodDef methods[] = {
     {"init", m_init, METH_VARARGS, "init(dtypes, torch.empty, get_raw_stream, LaunchError, PackError, (Python hooks))"},
-    {"set_shim", m_set_shim, METH_VARARGS, "set_shim(function pointers, dtype codes, cpu, cuda, (Tensor, Parameter), direct) -> bool; set_shim(None): off"},
+    {"set_shim", m_set_shim, METH_VARARGS, "set_shim(function pointers, dtype codes, cpu, cuda, (Tensor, Parameter), direct, grad_off) -> bool; set_shim(None): off"},
     {"shim_probe", m_shim_probe, METH_O, "what the fast path reads from a tensor, as describe packs it (the self-check)"},
     {"modules_loaded", m_modules_loaded, METH_NOARGS, "how many cubin modules this process loaded"},
     {NULL}};

@@ -125,7 +125,7 @@ def cold_start_ms(runs=7) -> tuple[float, float]:
 
 
 # One module per op family, each with `cases(quick, ceiling, progress) -> list[Row]`.
-FAMILIES = ("norm", "gemm", "activation", "rotary", "fp8", "quant", "attention", "paged_attention", "grouped_gemm", "moe")
+FAMILIES = ("norm", "gemm", "activation", "rotary", "fp8", "quant", "attention", "paged_attention", "grouped_gemm", "moe", "moe_layer")
 
 
 def _family(name):

@@ -57,6 +57,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _test_device():
+    """TKREG_TEST_DEVICE=1 makes cuda:1 the current device for the whole session, so every "cuda"
+    tensor of the GPU tests lands there (issue #19's second-device run of the suite)."""
+    index = os.environ.get("TKREG_TEST_DEVICE")
+    if index and HAS_GPU:
+        import torch
+        torch.cuda.set_device(int(index))
+    yield
+
+
 @pytest.fixture
 def seed(request):
     """A per-test seed derived from the test id, so failures reproduce."""

@@ -144,6 +144,7 @@ def test_eight_threads_race_the_first_call():
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_second_device(seed):
+    current = torch.cuda.current_device()
     for dev in ("cuda:1", "cuda:0", "cuda:1"):
         x = torch.randn(129, 2048, dtype=BF16, device=dev)
         w = torch.randn(2048, dtype=BF16, device=dev)
@@ -152,7 +153,7 @@ def test_second_device(seed):
         torch.testing.assert_close(y, reference.rms_norm(x, w), **TOL[BF16])
         a, b = torch.randn(300, 256, dtype=BF16, device=dev), torch.randn(512, 256, dtype=BF16, device=dev)
         assert rel_err(tkreg.ops.gemm(a, b), a.double() @ b.double().t()) < 1e-2
-    assert torch.cuda.current_device() == 0
+    assert torch.cuda.current_device() == current
     with pytest.raises(ValueError, match="share one CUDA device"):
         tkreg.ops.rms_norm(torch.randn(2, 2048, dtype=BF16, device="cuda:0"), torch.randn(2048, dtype=BF16, device="cuda:1"))
 

@@ -205,11 +205,6 @@ def build(out: Path, archs=DEFAULT_ARCHS, only=(), src="kernels_src", jobs: int 
             f"({len(report.cached)} cached)")
         errors = []
         bar = _progress(len(misses), progress)
-        # Spawned workers inherit the environment.  A fixed hash seed: tilelang's lowering walks
-        # sets of names in places (a kernel's two reduction workspaces swap names between runs),
-        # so without it the same source gives different cubins from build to build.
-        seed = os.environ.get("PYTHONHASHSEED")
-        os.environ["PYTHONHASHSEED"] = "0"    # workers start at the first submit: keep it till the end
         with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
             futs = {pool.submit(_compile_job, j, str(cache.root)): j for j in misses}
             for f in as_completed(futs):
@@ -219,10 +214,6 @@ def build(out: Path, archs=DEFAULT_ARCHS, only=(), src="kernels_src", jobs: int 
                 else:
                     report.compiled.append(futs[f].label)
                 bar.update(1)
-        if seed is None:
-            del os.environ["PYTHONHASHSEED"]
-        else:
-            os.environ["PYTHONHASHSEED"] = seed
         bar.close()
         if errors:
             raise BuildError(_grouped("compile failed", errors))

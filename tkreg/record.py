@@ -29,8 +29,12 @@ def field(default=None, *, compare: bool = True) -> _Field:
 
 def RECORD(cls):
     """Record the class's fields: ((name, default or _REQUIRED, compare), ...)."""
+    ann = cls.__dict__.get("__annotations__")
+    if ann is None:   # Python 3.14 may compute annotations lazily; the stdlib reads them for us
+        import inspect
+        ann = inspect.get_annotations(cls)
     fields = []
-    for name in cls.__dict__.get("__annotations__", {}):
+    for name in ann:
         d = cls.__dict__.get(name, _REQUIRED)
         if isinstance(d, _Field):
             d, compare = d.default, d.compare

@@ -110,7 +110,8 @@ def tkreg_layer(x, w, cfg=V3, fp8=False):
 
 
 def torch_layer(w, cfg=V3, fp8=False):
-    """The best torch layer we could write: compiled routing and glue around torch._grouped_mm."""
+    """The best torch layer we could write: compiled routing and glue around torch._grouped_mm.
+    FP8 adds torch's rowwise-quantized expert weights to `w` (`w13_rq`, `w13_rs`, ...)."""
     import torch
     import torch.nn.functional as F
 

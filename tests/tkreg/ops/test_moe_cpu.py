@@ -23,18 +23,22 @@ def test_family_is_registered_for_both_archs():
         assert o["archs"] == ["sm_100a", "sm_90a"], name
         for arch, keys in o["variants"].items():
             total[arch] = total.get(arch, 0) + len(keys)
-    assert total == {"sm_90a": 10, "sm_100a": 10}
+    assert total == {"sm_90a": 14, "sm_100a": 14}
 
 
 # ---- dispatch ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("dt", [torch.float32, BF16])
-def test_gates_pick_the_dtype_variant(dt, arch):
-    s = torch.empty(7, 256, dtype=dt)
-    e = tkreg.explain("topk_gate", s, None, 8, arch=arch)
-    assert e.chosen == f"dtype={str(dt)[6:]}", str(e)
-    e = tkreg.explain("group_limited_topk_gate", s, None, None, 8, 8, 4, 9, 2, True, 2.5, arch=arch)
-    assert e.chosen == f"dtype={str(dt)[6:]},grouped=1", str(e)
+def test_gates_pick_the_dtype_and_width_variant(dt, arch):
+    d = str(dt)[6:]
+    for e_, plain, grouped in ((128, f"dtype={d},emax=128,warps=8", f"dtype={d},emax=256,grouped=1"),
+                               (256, f"dtype={d}", f"dtype={d},emax=256,grouped=1"),
+                               (512, f"dtype={d}", f"dtype={d},grouped=1")):
+        s = torch.empty(7, e_, dtype=dt)
+        e = tkreg.explain("topk_gate", s, None, 8, arch=arch)
+        assert e.chosen == plain, str(e)
+        e = tkreg.explain("group_limited_topk_gate", s, None, None, 8, 8, 4, 9, 2, True, 2.5, arch=arch)
+        assert e.chosen == grouped, str(e)
 
 
 def test_rules_refuse_what_the_kernels_cannot_do():

@@ -157,6 +157,42 @@ def _channel_io(T, silu):
     return M, K, K, (M, K)
 
 
+def _channel_parts(T, dtype, nv, rpt):
+    """The per-channel kernels' shared steps: a thread's rpt rows x nv channels loaded (zeros past
+    the edges; with silu also the up half), and from the channel amaxes the scales, the fp8
+    codes and the scale row."""
+    @T.macro
+    def load(x, g, h, r0, k0, M, K, silu):
+        for i in T.unroll(rpt):
+            if r0 + i < M and k0 < K:
+                for v in T.vectorized(nv):
+                    g[i * nv + v] = x[r0 + i, k0 + v]
+                if silu:
+                    for v in T.vectorized(nv):
+                        h[i * nv + v] = x[r0 + i, K + k0 + v]
+            else:
+                for v in T.vectorized(nv):
+                    g[i * nv + v] = T.cast(0, dtype)
+                if silu:
+                    for v in T.vectorized(nv):
+                        h[i * nv + v] = T.cast(0, dtype)
+
+    @T.macro
+    def quantize(am, y, ql, sf, inv, s, bm, k0, first, K, ue8m0, scales=1):
+        if scales:          # (the caller may have computed them with its amax reduction)
+            for v in T.unroll(nv):
+                sf[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[0]
+                inv[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[1]
+        for i in T.unroll(rpt):
+            for v in T.vectorized(nv):
+                ql[i * nv + v] = T.cast(y[i * nv + v] * inv[v], FP8)
+        if first and k0 < K:
+            for v in T.vectorized(nv):
+                s[bm, k0 + v] = sf[v]
+
+    return load, quantize
+
+
 def channel_quant_kernel(dtype: str):
     """x[M, K] -> q[M, K] e4m3, s[ceil(M / 128), K] fp32.
 
@@ -169,6 +205,7 @@ def channel_quant_kernel(dtype: str):
 
     M, N, K, x_shape = _channel_io(T, 0)
     threads, nv, rpt = 256, 8, 8          # 16 channel chunks x 16 row groups; 8 x 8 per thread
+    load, quantize = _channel_parts(T, dtype, nv, rpt)
 
     @T.prim_func
     def channel_quant(x: T.Tensor(x_shape, dtype), q: T.Tensor((M, K), FP8),
@@ -186,13 +223,7 @@ def channel_quant_kernel(dtype: str):
             inv = T.alloc_local((nv,), "float32")
             ql = T.alloc_local((rpt * nv,), FP8)
             red = T.alloc_shared((8, 128), "float32")
-            for i in T.unroll(rpt):
-                if r0 + i < M and k0 < K:
-                    for v in T.vectorized(nv):
-                        g[i * nv + v] = x[r0 + i, k0 + v]
-                else:
-                    for v in T.vectorized(nv):
-                        g[i * nv + v] = T.cast(0, dtype)
+            load(x, g, None, r0, k0, M, K, 0)
             for v in T.unroll(nv):
                 am[v] = T.float32(0)
             for i in T.unroll(rpt):
@@ -211,12 +242,7 @@ def channel_quant_kernel(dtype: str):
                     am[v] = T.max(am[v], red[w, cc * nv + v])
                 sf[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[0]
                 inv[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[1]
-            for i in T.unroll(rpt):
-                for v in T.vectorized(nv):
-                    ql[i * nv + v] = T.cast(y[i * nv + v] * inv[v], FP8)
-            if rg == 0 and k0 < K:
-                for v in T.vectorized(nv):
-                    s[bm, k0 + v] = sf[v]
+            quantize(am, y, ql, sf, inv, s, bm, k0, rg == 0, K, ue8m0, 0)
             for i in T.unroll(rpt):
                 if r0 + i < M and k0 < K:
                     for v in T.vectorized(nv):
@@ -241,6 +267,7 @@ def channel_quant_t_kernel(dtype: str, silu: int = 0):
     nv, rpt, lc = 8, 128 // lr, 32 // lr
     cw = warps * lc * nv                 # channels per CTA
     nw = rpt // 4                        # q^T words per channel a lane
+    load, quantize = _channel_parts(T, dtype, nv, rpt)
 
     @T.prim_func
     def channel_quant_t(x: T.Tensor(x_shape, dtype), q: T.Tensor((K, M), FP8),
@@ -259,19 +286,7 @@ def channel_quant_t_kernel(dtype: str, silu: int = 0):
             sf = T.alloc_local((nv,), "float32")
             inv = T.alloc_local((nv,), "float32")
             ql = T.alloc_local((rpt * nv,), FP8)
-            for i in T.unroll(rpt):
-                if r0 + i < M and k0 < K:
-                    for v in T.vectorized(nv):
-                        g[i * nv + v] = x[r0 + i, k0 + v]
-                    if silu:
-                        for v in T.vectorized(nv):
-                            h[i * nv + v] = x[r0 + i, K + k0 + v]
-                else:
-                    for v in T.vectorized(nv):
-                        g[i * nv + v] = T.cast(0, dtype)
-                    if silu:
-                        for v in T.vectorized(nv):
-                            h[i * nv + v] = T.cast(0, dtype)
+            load(x, g, h, r0, k0, M, K, silu)
             for v in T.unroll(nv):
                 am[v] = T.float32(0)
             for i in T.unroll(rpt):
@@ -282,15 +297,7 @@ def channel_quant_t_kernel(dtype: str, silu: int = 0):
             for o in T.unroll(lr.bit_length() - 1):
                 for v in T.unroll(nv):
                     am[v] = T.max(am[v], T.shfl_xor(am[v], 1 << o))
-            for v in T.unroll(nv):
-                sf[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[0]
-                inv[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[1]
-            for i in T.unroll(rpt):
-                for v in T.vectorized(nv):
-                    ql[i * nv + v] = T.cast(y[i * nv + v] * inv[v], FP8)
-            if rg == 0 and k0 < K:
-                for v in T.vectorized(nv):
-                    s[bm, k0 + v] = sf[v]
+            quantize(am, y, ql, sf, inv, s, bm, k0, rg == 0, K, ue8m0)
             wq = T.alloc_local((rpt * 2,), "uint32")       # token i: channels 0-3, 4-7
             o = T.alloc_local((nv * nw,), "uint32")       # channel v: tokens 4j..4j+3 in word j
             for i in T.unroll(rpt):

@@ -29,8 +29,8 @@ Kernels (thread-level, no tensor cores):
     then each warp places its slice in order (match_any + popc ranks within each 32-slot round).
   expand/combine: one CTA per token, 16-byte vectors; expand reads the token once and writes its
     k rows, and E x 8 more CTAs of the same grid zero the padding rows; column-major fp8 scales go
-    first: staged row-major (scratch), then written by a row-parallel pass (coalesced along
-    rows); combine reads the k rows.
+    first: staged per token in 8-group chunks (scratch), then written by a row-parallel pass
+    (coalesced along rows); combine reads the k rows.
   expert_counts: a zeroing kernel, then shared-memory histograms of 4096 slots per CTA added with
     global atomics (sums of counts do not depend on their order).
 """

@@ -79,8 +79,10 @@ def _prmt(T, a, b, sel):
     return T.call_extern("uint32", "tk_prmt", a, b, T.uint32(sel) if isinstance(sel, int) else sel)
 
 
-def _t4x4(T, x0, x1, x2, x3):
-    """4 x 4 byte transpose: words x0..x3 (rows) -> 4 words, word c = byte c of each row (8 PRMT)."""
+def _t4x4(T, src, i0, step):
+    """4 x 4 byte transpose of the words src[i0 + r * step] (rows r = 0..3) -> 4 words, word c =
+    byte c of each row (8 PRMT)."""
+    x0, x1, x2, x3 = (src[i0 + r * step] for r in range(4))
     t0, t1 = _prmt(T, x0, x1, 0x5140), _prmt(T, x0, x1, 0x7362)
     t2, t3 = _prmt(T, x2, x3, 0x5140), _prmt(T, x2, x3, 0x7362)
     return (_prmt(T, t0, t2, 0x5410), _prmt(T, t0, t2, 0x7632), _prmt(T, t1, t3, 0x5410), _prmt(T, t1, t3, 0x7632))
@@ -122,8 +124,7 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256):
                 for w in T.unroll(4):
                     for h in T.unroll(ow):
                         if nbytes == 1:        # rows 4h..4h+3, columns 4w..4w+3
-                            y = _t4x4(T, a[(4 * h) * 4 + w], a[(4 * h + 1) * 4 + w], a[(4 * h + 2) * 4 + w],
-                                      a[(4 * h + 3) * 4 + w])
+                            y = _t4x4(T, a, 16 * h + w, 4)
                             o[(4 * w) * ow + h] = y[0]
                             o[(4 * w + 1) * ow + h] = y[1]
                             o[(4 * w + 2) * ow + h] = y[2]
@@ -305,8 +306,7 @@ def channel_quant_t_kernel(dtype: str, silu: int = 0):
                     wq[i * 2 + j] = T.reinterpret(ql[T.Ramp(i * nv + 4 * j, 1, 4)], "uint32")
             for j in T.unroll(2):
                 for hh in T.unroll(nw):
-                    t = _t4x4(T, wq[(4 * hh) * 2 + j], wq[(4 * hh + 1) * 2 + j], wq[(4 * hh + 2) * 2 + j],
-                              wq[(4 * hh + 3) * 2 + j])
+                    t = _t4x4(T, wq, 8 * hh + j, 2)
                     o[(4 * j) * nw + hh] = t[0]
                     o[(4 * j + 1) * nw + hh] = t[1]
                     o[(4 * j + 2) * nw + hh] = t[2]

@@ -14,22 +14,25 @@ Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruc
   row.  One kernel per element size (1, 2, 4 bytes: the typed op views other dtypes of that size
   as uint8 / float16 / int32; a transpose only moves bits).  Blocks at the edge, or pitches that
   are no multiple of the vectors, take a per-element path in the same kernel.
-- per-channel FP8: per_channel_quant_fp8 has a 256-thread CTA own 128 tokens x 128 channels
-  (8 x 8 a thread, amax by shfl_xor plus an 8 x 128 float shared reduction).  The _transpose ops
-  are warp-local: lanes run down the 128 tokens, the amax is a shfl_xor butterfly, q^T is a PRMT
-  byte transpose in registers stored 4-8 bytes a lane (no shared memory, no barrier).
+- per-channel FP8: per_channel_quant_fp8 and the SwiGLU _transpose op have a 512-thread CTA own
+  128 tokens x 128 channels (4 x 8 a thread, only the inputs held in registers); the per-warp
+  amaxes meet in shared memory and 128 threads compute each channel's scale once; the SwiGLU op
+  writes q^T through a 16 KB swizzled shared tile.  per_channel_quant_fp8_transpose is
+  warp-local: lanes run down the 128 tokens, the amax is a shfl_xor butterfly, q^T is a PRMT byte
+  transpose in registers stored 8 bytes a lane (no shared memory, no barrier).
 - group kernels (FP4, SwiGLU backward): a warp per row as in fp8.py (SwiGLU backward: two rows a
   warp); FP4 groups are 32 elements = 4 lanes (two shfl_xor), e2m1 codes as the min of three
-  magic-rounded lines (equal to comparing against the RNE midpoints, TileKernels' bit-level
-  convert: tests/tkreg/ops/test_quant_cpu.py checks both); the dequant is PRMT table lookups and
-  a packed bf16 multiply by the power-of-two scale.
+  magic-rounded lines, two values at a time in fp16x2 (equal to comparing against the RNE
+  midpoints, TileKernels' bit-level convert: tests/tkreg/ops/test_quant_cpu.py checks both); the
+  dequant is PRMT table lookups and a packed bf16 multiply by the power-of-two scale.
 - E5M6: one CTA per token (the scale is per token), 4 vectors a thread for K <= 8192 and 8 up to
   K = 16384, a block-wide amax, the fp16 step by cvt.rz.f16x2, 12 bytes (three 32-bit stores) per
   8 values.
 
 Measured on the H200 (docs/quant-tuning.md; % of a same-size copy, 16384 rows): transpose
-1-byte 84%, per-channel 73%, its _transpose 86%, + SwiGLU 60%, SwiGLU backward 95%, FP4 quant
-76%, dequant 88%, E5M6 91% (K = 7168), channel dequant 91%.
+1-byte 84%, per-channel 88%, its _transpose 86%, + SwiGLU 73%, SwiGLU backward 95%, FP4 quant
+82%, dequant 88%, E5M6 91% (K = 7168), channel dequant 91% (per-channel, + SwiGLU and FP4 quant:
+round 2's sweep pack).
 
 Grids put row blocks on x (any M up to the int32 element limit) and column blocks on y; fp8.py
 measured column-blocks-first 4-8% faster, which would need its rows-first fallback beside each
@@ -65,13 +68,20 @@ def _silu(T, g, u):
     return T.call_extern("float32", "__fdividef", g, T.float32(1) + T.__exp(-g)) * u
 
 
-# PRMT (byte permute), RZ fp16x2 conversion and packed bf16 multiply: one instruction each.
+# PRMT (byte permute), RZ / RN fp16x2 conversions, packed bf16 multiply, fp16x2 FMA and min: one
+# instruction each (the RN conversion, FMA and min: the FP4 quant's e2m1 lines).
 PRELUDE = r"""
 __device__ __forceinline__ unsigned tk_prmt(unsigned a, unsigned b, unsigned s) { return __byte_perm(a, b, s); }
 __device__ __forceinline__ unsigned tk_f16x2_rz(float lo, float hi) {
   unsigned r; asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
 __device__ __forceinline__ unsigned tk_bmul2(unsigned a, unsigned b) {
   unsigned r; asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ unsigned tk_f16x2_rn(float lo, float hi) {
+  unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+__device__ __forceinline__ unsigned tk_hfma2(unsigned a, unsigned b, unsigned c) {
+  unsigned r; asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
+__device__ __forceinline__ unsigned tk_hmin2(unsigned a, unsigned b) {
+  unsigned r; asm("min.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
 """
 
 
@@ -158,10 +168,9 @@ def _channel_io(T, silu):
     return M, K, K, (M, K)
 
 
-def _channel_parts(T, dtype, nv, rpt):
-    """The per-channel kernels' shared steps: a thread's rpt rows x nv channels loaded (zeros past
-    the edges; with silu also the up half), and from the channel amaxes the scales, the fp8
-    codes and the scale row."""
+def _channel_load(T, dtype, nv, rpt):
+    """Both per-channel kernels' load: a thread's rpt rows x nv channels (zeros past the edges;
+    with silu also the up half)."""
     @T.macro
     def load(x, g, h, r0, k0, M, K, silu):
         for i in T.unroll(rpt):
@@ -178,44 +187,145 @@ def _channel_parts(T, dtype, nv, rpt):
                     for v in T.vectorized(nv):
                         h[i * nv + v] = T.cast(0, dtype)
 
-    @T.macro
-    def quantize(am, y, ql, sf, inv, s, bm, k0, first, K, ue8m0, scales=1):
-        if scales:          # (the caller may have computed them with its amax reduction)
+    return load
+
+
+def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int = 4):
+    """x[M, K] (or [M, 2K] with silu: silu(x[:, :K]) * x[:, K:]) -> q[M, K] (transpose: q^T[K, M])
+    e4m3, s[ceil(M / 128), K] fp32.
+
+    A CTA owns 128 tokens x 128 channels, a thread rpt tokens x 8 channels (16 * 128 / rpt
+    threads; a warp's rows are 256 contiguous bytes).  Only the bf16/fp16 inputs stay in
+    registers: y (and silu) is recomputed after the amax, since an fp32 copy held the old kernel
+    at 2 CTAs/SM.  The per-warp amaxes go to shared memory and 128 threads combine them and
+    compute s and 1/s once per channel (the old kernel had each of a channel's 16 row-group
+    threads repeat the combine and the IEEE divisions); a second barrier hands 1/s back.
+    transpose: q^T through a 16 KB XOR-swizzled shared tile, 16-byte stores.  Round 2
+    (docs/quant-tuning.md), rpt = 4 the best of the sweep: 73% -> 88% of copy (plain), 61% -> 73%
+    (SwiGLU + transpose, 108 registers).
+    """
+    import tilelang.language as T
+
+    M, N, K, x_shape = _channel_io(T, silu)
+    q_shape = (K, M) if transpose else (M, K)
+    nv = 8
+    threads = 16 * (128 // rpt)
+    warps = threads // 32
+    assert not transpose or rpt == 8 or rpt == 4
+    load = _channel_load(T, dtype, nv, rpt)
+
+    def yv(T, g, h, i):
+        gv = T.cast(g[i], "float32")
+        return _silu(T, gv, T.cast(h[i], "float32")) if silu else gv
+
+    @T.prim_func
+    def channel_quant(x: T.Tensor(x_shape, dtype), q: T.Tensor(q_shape, FP8),
+                      s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool):
+        with T.Kernel(T.ceildiv(M, 128), T.ceildiv(K, 128), threads=threads) as (bm, bk):
+            T.assume(N % (16 if silu else 8) == 0)
+            tx = T.get_thread_binding()
+            cc, rg = tx % 16, tx // 16
+            k0 = bk * 128 + cc * nv
+            r0 = bm * 128 + rg * rpt
+            g = T.alloc_local((rpt * nv,), dtype)
+            h = T.alloc_local((rpt * nv,), dtype)
+            am = T.alloc_local((nv,), "float32")
+            inv = T.alloc_local((nv,), "float32")
+            ql = T.alloc_local((rpt * nv,), FP8)
+            red = T.alloc_shared((warps, 128), "float32")
+            sc = T.alloc_shared((128,), "float32")
+            load(x, g, h, r0, k0, M, K, silu)
             for v in T.unroll(nv):
-                sf[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[0]
-                inv[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[1]
-        for i in T.unroll(rpt):
+                am[v] = T.float32(0)
+            for i in T.unroll(rpt):
+                for v in T.unroll(nv):
+                    am[v] = T.max(am[v], T.abs(yv(T, g, h, i * nv + v)))
+            for v in T.unroll(nv):
+                am[v] = T.max(am[v], T.shfl_xor(am[v], 16))
+            if tx % 32 < 16:
+                for v in T.vectorized(nv):
+                    red[tx // 32, cc * nv + v] = am[v]
+            T.sync_threads()
+            a = T.alloc_local((1,), "float32")
+            if tx < 128:                   # thread c: channel c's amax, s and 1/s
+                a[0] = red[0, tx]
+                for w in T.unroll(warps):
+                    a[0] = T.max(a[0], red[w, tx])
+                sc[tx] = _scale(T, a[0], AMAX_FLOOR, FP8_MAX, ue8m0)[1]
+                if bk * 128 + tx < K:
+                    s[bm, bk * 128 + tx] = _scale(T, a[0], AMAX_FLOOR, FP8_MAX, ue8m0)[0]
+            T.sync_threads()
             for v in T.vectorized(nv):
-                ql[i * nv + v] = T.cast(y[i * nv + v] * inv[v], FP8)
-        if first and k0 < K:
-            for v in T.vectorized(nv):
-                s[bm, k0 + v] = sf[v]
+                inv[v] = sc[cc * nv + v]
+            for i in T.unroll(rpt):
+                for v in T.unroll(nv):
+                    ql[i * nv + v] = T.cast(yv(T, g, h, i * nv + v) * inv[v], FP8)
+            if not transpose:
+                for i in T.unroll(rpt):
+                    if r0 + i < M and k0 < K:
+                        for v in T.vectorized(nv):
+                            q[r0 + i, k0 + v] = ql[i * nv + v]
+            else:
+                # q^T tile [128 channels][128 tokens]: channel c's tokens rg*rpt.. go to rpt-byte slot
+                # rg ^ cc (rpt = 8) -- for rpt = 4 slot (rg ^ cc) of 4 bytes (16-way conflict-free).
+                qs = T.alloc_shared((128, 128), FP8)
+                t8 = T.alloc_local((rpt,), FP8)
+                for v in T.unroll(nv):
+                    for i in T.unroll(rpt):
+                        t8[i] = ql[i * nv + v]
+                    sl = (rg ^ cc) if rpt == 8 else ((rg // 2) ^ cc) * 2 + rg % 2
+                    for i in T.vectorized(rpt):
+                        qs[cc * nv + v, sl * rpt + i] = t8[i]
+                T.sync_threads()
+                o = T.alloc_local((16,), FP8)
+                for p in T.unroll(128 * 8 // threads):
+                    c = p * (threads // 8) + tx // 8
+                    ch = (tx % 8) * 2              # logical 8-byte slots ch, ch + 1
+                    sw = c // 8
+                    for i in T.vectorized(8):
+                        o[i] = qs[c, (ch ^ sw) * 8 + i]
+                    for i in T.vectorized(8):
+                        o[8 + i] = qs[c, ((ch + 1) ^ sw) * 8 + i]
+                    kk = bk * 128 + c
+                    mm = bm * 128 + ch * 8
+                    if kk < K:
+                        if M % 16 == 0 and mm + 16 <= M:
+                            T.stg128(q[kk, mm], T.reinterpret(o[T.Ramp(0, 1, 16)], "uint32x4"))
+                        else:
+                            for i in T.unroll(16):
+                                if mm + i < M:
+                                    q[kk, mm + i] = o[i]
 
-    return load, quantize
+    return channel_quant
 
 
-def channel_quant_kernel(dtype: str):
-    """x[M, K] -> q[M, K] e4m3, s[ceil(M / 128), K] fp32.
+def channel_quant_t_kernel(dtype: str):
+    """x[M, K] -> q^T[K, M] e4m3, s[ceil(M / 128), K] (per_channel_quant_fp8_transpose).
 
-    A 256-thread CTA owns 128 tokens x 128 channels, 8 x 8 a thread; the amax is a shfl_xor plus
-    an 8 x 128 shared reduction.  Measured (docs/quant-tuning.md) above the warp-local layout of
-    the transposed kernel below (73% against 53% of copy): here a warp's rows are 256 contiguous
-    bytes.
+    Warp-local, no shared memory and no barrier: a warp owns 128 tokens x 8 * 32 / lr channels,
+    lane = one of lr = 16 token groups (8 tokens each) x a channel chunk; the 128-token amax is a
+    shfl_xor butterfly over the lr lanes, q^T a PRMT byte transpose in registers, and lr lanes store
+    128 contiguous bytes of a q^T row.  Against the old 16 KB shared-memory tile: 66% -> 86% of copy
+    (round 1); round 2's channel_quant_kernel(transpose=1, rpt=4) measured 88% against 87%: kept.
     """
     import tilelang.language as T
 
     M, N, K, x_shape = _channel_io(T, 0)
-    threads, nv, rpt = 256, 8, 8          # 16 channel chunks x 16 row groups; 8 x 8 per thread
-    load, quantize = _channel_parts(T, dtype, nv, rpt)
+    lr, warps = 16, 4
+    nv, rpt, lc = 8, 128 // lr, 32 // lr
+    cw = warps * lc * nv                 # channels per CTA
+    nw = rpt // 4                        # q^T words per channel a lane (2: one 8-byte store)
+    load = _channel_load(T, dtype, nv, rpt)
 
     @T.prim_func
-    def channel_quant(x: T.Tensor(x_shape, dtype), q: T.Tensor((M, K), FP8),
-                      s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool):
-        with T.Kernel(T.ceildiv(M, 128), T.ceildiv(K, 128), threads=threads) as (bm, bk):
-            T.assume(K % 8 == 0)
+    def channel_quant_t(x: T.Tensor(x_shape, dtype), q: T.Tensor((K, M), FP8),
+                        s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool):
+        with T.Kernel(T.ceildiv(M, 128), T.ceildiv(K, cw), threads=warps * 32, prelude=PRELUDE) as (bm, bk):
+            T.assume(N % 8 == 0)
             tx = T.get_thread_binding()
-            cc, rg = tx % 16, tx // 16
-            k0 = bk * 128 + cc * nv
+            lane = tx % 32
+            rg = lane % lr
+            k0 = bk * cw + ((tx // 32) * lc + lane // lr) * nv
             r0 = bm * 128 + rg * rpt
             g = T.alloc_local((rpt * nv,), dtype)
             y = T.alloc_local((rpt * nv,), "float32")
@@ -223,7 +333,6 @@ def channel_quant_kernel(dtype: str):
             sf = T.alloc_local((nv,), "float32")
             inv = T.alloc_local((nv,), "float32")
             ql = T.alloc_local((rpt * nv,), FP8)
-            red = T.alloc_shared((8, 128), "float32")
             load(x, g, None, r0, k0, M, K, 0)
             for v in T.unroll(nv):
                 am[v] = T.float32(0)
@@ -231,74 +340,18 @@ def channel_quant_kernel(dtype: str):
                 for v in T.unroll(nv):
                     y[i * nv + v] = T.cast(g[i * nv + v], "float32")
                     am[v] = T.max(am[v], T.abs(y[i * nv + v]))
-            for v in T.unroll(nv):
-                am[v] = T.max(am[v], T.shfl_xor(am[v], 16))
-            if tx % 32 < 16:
-                for v in T.unroll(nv):
-                    red[tx // 32, cc * nv + v] = am[v]
-            T.sync_threads()
-            for v in T.unroll(nv):
-                am[v] = red[0, cc * nv + v]
-                for w in T.unroll(8):
-                    am[v] = T.max(am[v], red[w, cc * nv + v])
-                sf[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[0]
-                inv[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[1]
-            quantize(am, y, ql, sf, inv, s, bm, k0, rg == 0, K, ue8m0, 0)
-            for i in T.unroll(rpt):
-                if r0 + i < M and k0 < K:
-                    for v in T.vectorized(nv):
-                        q[r0 + i, k0 + v] = ql[i * nv + v]
-
-    return channel_quant
-
-
-def channel_quant_t_kernel(dtype: str, silu: int = 0):
-    """x[M, K] (or [M, 2K] with silu: silu(x[:, :K]) * x[:, K:]) -> q^T[K, M] e4m3, s[ceil(M / 128), K].
-
-    Warp-local, no shared memory and no barrier: a warp owns 128 tokens x 8 * 32 / lr channels,
-    lane = one of lr token groups (128 / lr tokens each) x a channel chunk; the 128-token amax is a
-    shfl_xor butterfly over the lr lanes, q^T a PRMT byte transpose in registers, and lr lanes store
-    128 contiguous bytes of a q^T row.  Against the old 16 KB shared-memory tile: 66% -> 86% of copy
-    (plain, lr = 16, 4 warps) and 54% -> 60% (silu: lr = 32, 8 warps, half the registers a lane).
-    """
-    import tilelang.language as T
-
-    M, N, K, x_shape = _channel_io(T, silu)
-    lr, warps = (32, 8) if silu else (16, 4)
-    nv, rpt, lc = 8, 128 // lr, 32 // lr
-    cw = warps * lc * nv                 # channels per CTA
-    nw = rpt // 4                        # q^T words per channel a lane
-    load, quantize = _channel_parts(T, dtype, nv, rpt)
-
-    @T.prim_func
-    def channel_quant_t(x: T.Tensor(x_shape, dtype), q: T.Tensor((K, M), FP8),
-                        s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool):
-        with T.Kernel(T.ceildiv(M, 128), T.ceildiv(K, cw), threads=warps * 32, prelude=PRELUDE) as (bm, bk):
-            T.assume(N % (16 if silu else 8) == 0)
-            tx = T.get_thread_binding()
-            lane = tx % 32
-            rg = lane % lr
-            k0 = bk * cw + ((tx // 32) * lc + lane // lr) * nv
-            r0 = bm * 128 + rg * rpt
-            g = T.alloc_local((rpt * nv,), dtype)
-            h = T.alloc_local((rpt * nv,), dtype)
-            y = T.alloc_local((rpt * nv,), "float32")
-            am = T.alloc_local((nv,), "float32")
-            sf = T.alloc_local((nv,), "float32")
-            inv = T.alloc_local((nv,), "float32")
-            ql = T.alloc_local((rpt * nv,), FP8)
-            load(x, g, h, r0, k0, M, K, silu)
-            for v in T.unroll(nv):
-                am[v] = T.float32(0)
-            for i in T.unroll(rpt):
-                for v in T.unroll(nv):
-                    gv = T.cast(g[i * nv + v], "float32")
-                    y[i * nv + v] = _silu(T, gv, T.cast(h[i * nv + v], "float32")) if silu else gv
-                    am[v] = T.max(am[v], T.abs(y[i * nv + v]))
             for o in T.unroll(lr.bit_length() - 1):
                 for v in T.unroll(nv):
                     am[v] = T.max(am[v], T.shfl_xor(am[v], 1 << o))
-            quantize(am, y, ql, sf, inv, s, bm, k0, rg == 0, K, ue8m0)
+            for v in T.unroll(nv):
+                sf[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[0]
+                inv[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[1]
+            for i in T.unroll(rpt):
+                for v in T.vectorized(nv):
+                    ql[i * nv + v] = T.cast(y[i * nv + v] * inv[v], FP8)
+            if rg == 0 and k0 < K:
+                for v in T.vectorized(nv):
+                    s[bm, k0 + v] = sf[v]
             wq = T.alloc_local((rpt * 2,), "uint32")       # token i: channels 0-3, 4-7
             o = T.alloc_local((nv * nw,), "uint32")       # channel v: tokens 4j..4j+3 in word j
             for i in T.unroll(rpt):
@@ -314,10 +367,7 @@ def channel_quant_t_kernel(dtype: str, silu: int = 0):
             if k0 < K:
                 if M % rpt == 0 and r0 + rpt <= M:
                     for v in T.unroll(nv):
-                        if nw == 2:
-                            T.stg64(q[k0 + v, r0], o[T.Ramp(v * 2, 1, 2)])
-                        else:
-                            T.stg32(q[k0 + v, r0], o[v])
+                        T.stg64(q[k0 + v, r0], o[T.Ramp(v * 2, 1, 2)])
                 else:
                     for v in T.unroll(nv):
                         for i in T.unroll(rpt):
@@ -403,47 +453,40 @@ def silu_backward_quant_kernel(dtype: str, threads: int = 128, rows: int = 2):
 
 
 # ---- MXFP4 ---------------------------------------------------------------------------------------
-def _e2m1(T, y):
-    """e2m1 code of fp32 y (RNE, saturating at 6, sign bit kept; NaN -> 7 | sign) as uint32.
-
-    The code magnitude is RNE(g(|y|)) with g = min(2a, a + 2, a / 2 + 4), the piecewise-linear
-    map of the e2m1 grid (step 0.5 below 2, 1 in [2, 4), 2 from 4) onto the integers 0..7; RNE is
-    monotone, so it is the min of the three lines each rounded by one fused 2^23 magic add:
-    3 FFMA/FADD + 2 FMNMX + 1 LOP3, against ~12 for choosing the line first and 25 for comparing
-    |y| with the seven midpoints (tkreg/reference/quant.py's form; the CPU tests check they agree).
-    Exact for |y| <= 6 (1 + 2^-24), which the scale guarantees.
-    """
-    U = T.uint32
-    a = T.abs(y)
-    big = 8388608.0
-    l1 = a * T.float32(2.0) + T.float32(big)
-    l2 = a + T.float32(big + 2.0)
-    l3 = a * T.float32(0.5) + T.float32(big + 4.0)
-    k = T.reinterpret(T.min(T.min(l1, l2), l3), "uint32") & U(7)
-    return k | ((T.reinterpret(y, "uint32") >> U(28)) & U(8))
-
-
 def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4):
     """x[M, K] -> q[M, K // 2] uint8 (2 codes a byte), s[M, K // 32] uint8 E8M0 (K % 32 == 0).
 
-    ~11 instructions an element with _e2m1's three lines (was ~19): 60% -> 76% of copy.
+    e2m1 code magnitude = RNE(g(|y|)) with g = min(2a, a + 2, a / 2 + 4), the piecewise-linear map
+    of the e2m1 grid (step 0.5 below 2, 1 in [2, 4), 2 from 4) onto 0..7; RNE is monotone, so it
+    is the min of the three lines each rounded by a magic add (equal to tkreg/reference/quant.py's
+    compares with the midpoints; tests/tkreg/ops/test_quant_cpu.py checks every fp16 |y| <= 6).
+    Two values at a time in fp16x2: y = x * 2^-e is exact in fp16 (8 or 11 significant bits; only
+    |y| < 2^-14, far below the first midpoint 0.25, can round, and keeps its sign), a line is one
+    fma.rn.f16x2 with the 1024 magic add (fp16's step is 1 in [1024, 2048)), then two min.f16x2,
+    and the sign is the fp16 sign bit.  Exact for |y| <= 6, which the scale guarantees.  The same
+    lines in fp32 took 24.5 instructions a value and were issue-bound: 78% -> 82% of copy
+    (docs/quant-tuning.md, round 2).
     """
     import tilelang.language as T
 
     M, K = T.dynamic("M"), T.dynamic("K")
     warps, nv = threads // 32, 8
     span = 32 * nv                        # elements a warp covers per load
+    U = T.uint32
+
+    def hf(a, b, c):
+        return T.call_extern("uint32", "tk_hfma2", a, U(b), U(c))
 
     @T.prim_func
     def fp4_quant(x: T.Tensor((M, K), dtype), q: T.Tensor((M, K // 2), "uint8"),
                   s: T.Tensor((M, K // 32), "uint8")):
-        with T.Kernel(T.ceildiv(M, warps), T.ceildiv(K, span * unroll), threads=threads) as (bx, by):
+        with T.Kernel(T.ceildiv(M, warps), T.ceildiv(K, span * unroll), threads=threads, prelude=PRELUDE) as (bx, by):
             T.assume(K % 32 == 0)
             tx = T.get_thread_binding()
             row = bx * warps + tx // 32
             g = T.alloc_local((unroll * nv,), dtype)
             am = T.alloc_local((unroll,), "float32")
-            pk = T.alloc_local((unroll,), "uint32")
+            bt = T.alloc_local((4,), "uint32")
             for u in T.unroll(unroll):
                 col = (by * unroll + u) * span + (tx % 32) * nv
                 if row < M and col < K:
@@ -461,13 +504,21 @@ def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4):
             for u in T.unroll(unroll):
                 col = (by * unroll + u) * span + (tx % 32) * nv
                 sf = T.ieee_fdiv(T.max(am[u], T.float32(FP4_FLOOR)), T.float32(6.0))
-                e = ((T.reinterpret(sf, "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)
-                inv = T.reinterpret((T.uint32(254) - e) << T.uint32(23), "float32")
-                pk[u] = T.uint32(0)
-                for v in T.unroll(nv):
-                    pk[u] = pk[u] | (_e2m1(T, T.cast(g[u * nv + v], "float32") * inv) << T.uint32(4 * v))
+                e = ((T.reinterpret(sf, "uint32") - U(1)) >> U(23)) + U(1)
+                inv = T.reinterpret((U(254) - e) << U(23), "float32")
+                for p in T.unroll(4):      # values 2p, 2p + 1: fp16 halves of h2
+                    h2 = T.call_extern("uint32", "tk_f16x2_rn", T.cast(g[u * nv + 2 * p], "float32") * inv,
+                                       T.cast(g[u * nv + 2 * p + 1], "float32") * inv)
+                    a2 = h2 & U(0x7FFF7FFF)
+                    # 2a + 1024, a + 1026, a / 2 + 1028: the code is the min's low 3 mantissa bits
+                    m = T.call_extern("uint32", "tk_hmin2", T.call_extern("uint32", "tk_hmin2",
+                                      hf(a2, 0x40004000, 0x64006400), hf(a2, 0x3C003C00, 0x64026402)),
+                                      hf(a2, 0x38003800, 0x64046404))
+                    c = (m & U(0x00070007)) | ((h2 >> U(12)) & U(0x00080008))
+                    bt[p] = c | (c >> U(12))           # low byte: code 2p | code 2p + 1 << 4
+                pk = _prmt(T, _prmt(T, bt[0], bt[1], 0x0040), _prmt(T, bt[2], bt[3], 0x0040), 0x5410)
                 if row < M and col < K:
-                    T.stg32(q[row, col // 2], pk[u])
+                    T.stg32(q[row, col // 2], pk)
                     if tx % 4 == 0:
                         s[row, col // 32] = T.cast(e, "uint8")
 
@@ -741,8 +792,8 @@ SPECS = (
             "s[ceil(M / 128), I] fp32 (I % 8 == 0)",
         tensors=(_x(("M", "N")), Tensor("q", ("N // 2", "M"), dtype=FP8, role="output"),
                  Tensor("s", ("(M + 127) // 128", "N // 2"), dtype="float32", role="output")),
-        scalars=(_UE8M0,), factory=channel_quant_t_kernel,
-        variants=tuple(Variant(dict(dtype=d, silu=1), rule="N % 16 == 0") for d in DTYPES),
+        scalars=(_UE8M0,), factory=channel_quant_kernel,
+        variants=tuple(Variant(dict(dtype=d, silu=1, transpose=1), rule="N % 16 == 0") for d in DTYPES),
         reference=_REF + "silu_and_mul_per_channel_quant_fp8_transpose"),
     OpSpec(
         name="tkreg.silu_and_mul_backward_quant_fp8",

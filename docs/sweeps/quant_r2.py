@@ -1,19 +1,21 @@
-"""Round-2 sweep pack for issue #17: cfg 0 of every op = the kernel kernels_src/quant.py ships now
-(after the round-1 fold); the rest come from docs/sweeps/quant_r2_cand.py or are re-parameterised shipped
-factories.  Build (sm_90a only):
+"""Round-2 sweep pack for issue #17: cfg 0 of every op = the kernel kernels_src/quant.py shipped when it ran
+(after the round-1 fold; the three that round 2 replaced are kept in docs/sweeps/quant_r1.py); the rest come
+from docs/sweeps/quant_r2_cand.py (now folded into quant.py) or are re-parameterised shipped factories.
+Build (sm_90a only):
   .venv/bin/python -m build_tools build --src docs/sweeps/quant_r2.py --namespace sw2 --arch sm_90a --out /tmp/pack2
 """
 import sys, pathlib
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import kernels_src.quant as Q
+import quant_r1 as R1
 import quant_r2_cand as C
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 
 IMPLS = {
     "transpose": Q.transpose_kernel,
-    "channel": Q.channel_quant_kernel, "channel_t": Q.channel_quant_t_kernel, "channel_lean": C.channel_lean_kernel,
-    "fp4q": Q.fp4_quant_kernel, "fp4q_h2": C.fp4_quant_h2_kernel,
+    "channel": R1.channel_quant_kernel, "channel_t": R1.channel_quant_t_kernel, "channel_lean": C.channel_lean_kernel,
+    "fp4q": R1.fp4_quant_kernel, "fp4q_h2": C.fp4_quant_h2_kernel,
     "fp4dq": Q.fp4_dequant_kernel,
 }
 

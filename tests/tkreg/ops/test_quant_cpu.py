@@ -36,7 +36,8 @@ def test_transpose_picks_the_element_size_kernel(dt, kernel, arch):
 @pytest.mark.parametrize("name, args, chosen", [
     ("per_channel_quant_fp8", (torch.empty(37, 7168, dtype=BF16),), "dtype=bfloat16"),
     ("per_channel_quant_fp8_transpose", (torch.empty(1, 40, dtype=FP16),), "dtype=float16"),
-    ("silu_and_mul_per_channel_quant_fp8_transpose", (torch.empty(5, 2 * 1408, dtype=BF16),), "dtype=bfloat16,silu=1"),
+    ("silu_and_mul_per_channel_quant_fp8_transpose", (torch.empty(5, 2 * 1408, dtype=BF16),),
+     "dtype=bfloat16,silu=1,transpose=1"),
     ("per_token_group_quant_fp4", (torch.empty(3, 7168, dtype=BF16),), "dtype=bfloat16"),
     ("quant_e5m6", (torch.empty(3, 16384, dtype=FP16),), "dtype=float16"),
     ("quant_e5m6", (torch.empty(3, 7168, dtype=BF16),), "dtype=bfloat16,vecs=4"),
@@ -135,7 +136,7 @@ def test_fp4_matches_numpy(spread, seed):
 
 
 def test_fp4_kernel_code_formula_matches_the_reference():
-    """kernels_src/quant.py's e2m1 (magic-add rounding per range) equals the reference's compares."""
+    """An earlier kernel's e2m1 (magic-add rounding per range) equals the reference's compares."""
     ys = torch.cat([torch.randn(1 << 16) * 3, torch.linspace(-7, 7, 100001),
                     torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 2.0, 4.0, 0.0, -0.0, 1e-40, -1e-40])])
     a = ys.abs()
@@ -146,6 +147,23 @@ def test_fp4_kernel_code_formula_matches_the_reference():
     c = torch.clamp(k + off, max=7) | ((ys.view(torch.int32) >> 28) & 8)
     assert torch.equal(c.to(torch.uint8), ref.e2m1_codes(ys))
     assert np.array_equal(ref.e2m1_codes(ys).numpy(), np_e2m1(ys.numpy()))
+
+
+def test_fp4_kernel_fp16x2_lines_match_the_reference():
+    """kernels_src/quant.py's e2m1: y to fp16 (cvt.rn), the min of 2a + 1024, a + 1026 and a / 2 + 1028
+    each rounded once to fp16 (fma.rn.f16x2), the code = the min's low 3 bits | the fp16 sign, equals
+    the reference's compares for every fp16 |y| <= 6 (the kernel's y is exact in fp16 from 2^-14 up)
+    and for fp32 values that fp16 rounds to zero or a subnormal."""
+    h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    y = np.concatenate([h[np.abs(h.astype(np.float32)) <= 6].astype(np.float32),
+                        np.float32([1e-40, -1e-40, 2.0 ** -25, -2.0 ** -25, 3 * 2.0 ** -26, -(2.0 ** -15) * 1.3])])
+    y16 = y.astype(np.float16)
+    a = np.abs(y16).astype(np.float64)                 # 1024 + a fp16 value is exact in float64
+    m = np.minimum(np.minimum((2 * a + 1024).astype(np.float16), (a + 1026).astype(np.float16)),
+                   (a / 2 + 1028).astype(np.float16))
+    code = (m.view(np.uint16) & 7) | ((y16.view(np.uint16) >> 12) & 8)
+    assert len(y) > 2 * 17000
+    assert np.array_equal(code.astype(np.uint8), ref.e2m1_codes(torch.from_numpy(y)).numpy())
 
 
 def np_e5m6_pack(codes: np.ndarray) -> np.ndarray:

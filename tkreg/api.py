@@ -59,7 +59,7 @@ def list_ops() -> list[dict]:
     Plain names first; then each `plugin:ns.op` that the plain name does not already give
     (a plugin that lost a name conflict, or one whose variants extend another pack's op).
     """
-    reg = RUNTIME.registry.ensure()
+    reg = RUNTIME.registry.complete()
     shadowed = [(n, e) for n, e in sorted(reg.qualified.items())
                 if getattr(reg.entries.get(e.spec.name), "owner", None) != e.owner]
     out = []

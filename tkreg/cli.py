@@ -57,7 +57,7 @@ def _doctor(args) -> int:
         print(f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'})")
     except ImportError:
         print("torch: not importable")
-    reg = RUNTIME.registry.ensure()
+    reg = RUNTIME.registry.complete()
     have_archs = sorted({a for e in reg.entries.values() for a in e.sources})
     try:
         from .native import SHIM_STATE, driver_info, launcher
@@ -111,7 +111,7 @@ def _doctor_plugins(registry) -> None:
 def _verify(args) -> int:
     from . import manifest
     from .runtime import RUNTIME
-    reg = RUNTIME.registry.ensure()
+    reg = RUNTIME.registry.complete()
     bad = 0
     for s in reg.sources:
         if s.state.startswith("skipped"):

@@ -14,10 +14,17 @@ Every op of a plugin is also reachable as `<entry-point name>:<op>` with that pl
 only, whatever happened to the plain name.  A pack other than the built-in one is checked whole
 when it loads (specs, plans, cubins); a broken one is skipped with one warning, and per-op
 conflicts never drop its other ops.
+
+When torch has already initialised CUDA, only the built-in manifests of the visible GPUs' archs
+are read at first; the others (~460 KB of JSON each, half the load time) are read by
+`complete()`, which everything needing every arch calls (listing, doctor, verify, registering
+every torch op, a lookup miss, a device or `explain(arch=)` of an unread arch, a later pack
+naming a `tkreg.*` op not read yet).  The end state is that of a full load.
 """
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -32,6 +39,20 @@ log = logging.getLogger("tkreg")
 ARCH_OF_CAPABILITY = {cap: arch for arch, cap in ARCHS.items()}
 BUILTIN_PACKS = Path(__file__).resolve().parent / "packs"
 BUILTIN_NAMESPACE = "tkreg"
+
+
+def visible_archs() -> set | None:
+    """The archs of the visible GPUs, or None (read every arch) unless torch has already
+    initialised CUDA: asking would initialise it, which costs more than the JSON saved and must
+    not happen behind the user's back (fork-safety, CUDA_VISIBLE_DEVICES set later)."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_initialized():
+            return None
+        return {ARCH_OF_CAPABILITY.get(tuple(torch.cuda.get_device_capability(i)))
+                for i in range(torch.cuda.device_count())}
+    except Exception:  # noqa: BLE001 - a half-imported or CUDA-less torch: read everything
+        return None
 
 
 class PackSource:
@@ -141,6 +162,7 @@ class Registry:
         self.entries: dict[str, OpEntry] = {}      # plain names: `ns.op`
         self.qualified: dict[str, OpEntry] = {}    # `plugin:ns.op` -> that plugin's own variants
         self._extra: list[Path] = []
+        self._deferred: tuple | None = None        # (built-in PackSource, arch dirs not read yet)
 
     # ---- loading ------------------------------------------------------------------------
     def ensure(self) -> "Registry":
@@ -150,6 +172,44 @@ class Registry:
                     self._load_all()
                     self._loaded = True
         return self
+
+    def complete(self) -> "Registry":
+        """ensure(), and the built-in archs deferred by it read: every op and arch (see module doc)."""
+        self.ensure()
+        if self._deferred:
+            with self._lock:
+                if self._deferred:
+                    self._load_deferred()
+        return self
+
+    def _load_deferred(self):
+        src, dirs = self._deferred
+        self._deferred = None   # first: a failure below is reported once, not on every lookup
+        try:
+            staged = self._read_pack(dirs, src.name, check=False)
+            for op_name, (_, raw) in staged.items():
+                cur = self.entries.get(op_name)
+                if cur is not None and cur.owner == src.name:   # raw JSON: `cur.spec` would parse every plan
+                    m, op, _, _ = next(iter(cur.sources.values()))[0]
+                    if _signature(raw) != _signature(m.raw_ops[op]["spec"]):
+                        raise PackError(f"op {op_name}: its spec differs between archs")
+        except Exception as e:  # noqa: BLE001 - keep the archs already read; doctor shows the note
+            return self._note(src, f"{src.label}: {', '.join(d.name for d in dirs)} unreadable ({e})")
+        for op_name, (new, _) in staged.items():
+            cur = self.entries.get(op_name)
+            if cur is None:   # only deferred archs have it (a later pack naming it read them first)
+                self.entries[op_name] = new
+                src.ops.append(op_name)
+                continue
+            # Built-in rows first, archs in a full load's order (sorted, then those only a plugin
+            # extending the op adds); the spec already parsed is kept (its signature matched).
+            old = cur.sources
+            mine = {a for a, rows in old.items() if any(r[3] == src.name for r in rows)}
+            cur.sources = {a: new.sources.get(a, []) + old.get(a, []) for a in sorted(mine | set(new.sources))}
+            cur.sources.update((a, rows) for a, rows in old.items() if a not in cur.sources)
+            cur._candidates.clear()
+        src.archs = sorted(set(src.archs) | {d.name for d in dirs})
+        log.info("tkreg: %s: read deferred archs %s", src.label, ", ".join(d.name for d in dirs))
 
     def _load_all(self):
         self._add_pack(BUILTIN_PACKS, "tkreg (built-in)", builtin=True)
@@ -184,16 +244,22 @@ class Registry:
                 self.sources.append(src)
                 return
             return self._skip(src, f"no <arch>/{manifest.FILENAME} under {path}")
+        local = visible_archs() if builtin else None
+        later = [d for d in dirs if d.name not in local] if local and local & {d.name for d in dirs} else []
         try:
-            staged = self._read_pack(dirs, name, check=not builtin)
+            staged = self._read_pack([d for d in dirs if d not in later], name, check=not builtin)
         except PackError as e:
             return self._skip(src, str(e))
         except Exception as e:  # noqa: BLE001 - whatever is wrong with a pack skips it, not tkreg
             return self._skip(src, f"unreadable pack ({type(e).__name__}: {e})")
+        if self._deferred and any(n.split(".", 1)[0] == BUILTIN_NAMESPACE and n not in self.entries for n in staged):
+            self._load_deferred()   # it may extend (or clash with) a built-in op not read yet
         src.archs = sorted({a for e, _ in staged.values() for a in e.sources})
         for op_name, (new, raw) in staged.items():
             self._merge(src, op_name, new, raw)
         self.sources.append(src)
+        if later:
+            self._deferred = (src, later)
         log.info("tkreg: %s: %d op(s), archs %s", src.label, len(staged), ", ".join(src.archs))
 
     def _read_pack(self, dirs: list, name: str, check: bool) -> dict:
@@ -269,6 +335,8 @@ class Registry:
             e = self.qualified.get(name)
         else:
             e = self.entries.get(name) or self.entries.get(f"{BUILTIN_NAMESPACE}.{name}")
+        if e is None and self._deferred:   # the op may be in a built-in arch not read yet
+            return self.complete().entry(name)
         if e is None:
             known = ", ".join(sorted(self.entries) + sorted(self.qualified)) \
                 or "none (no pack loaded: see `tkreg doctor`)"

@@ -52,6 +52,8 @@ class Runtime:
         """(variants serving `dev` in priority order, its SM count); None runs the reference
         (when allowed).  Asked once per (op, device)."""
         arch = self.arch_of(dev) if dev >= 0 else None
+        if dev >= 0 and arch not in e.sources:
+            self.registry.complete()   # a built-in arch not read yet may serve it; the error names all
         if arch is not None and arch in e.sources:
             import torch
             return self.table(e, arch), torch.cuda.get_device_properties(dev).multi_processor_count
@@ -126,6 +128,8 @@ class Runtime:
         e = self.registry.entry(name)
         o = self.op(e.name)
         if arch is not None and arch not in e.sources:
+            self.registry.complete()   # `arch` may be a built-in arch not read yet
+        if arch is not None and arch not in e.sources:
             raise UnsupportedDeviceError(f"{e.spec.name}: no variants for {arch}; have {e.archs()}")
         dev, bound, _, rows = o.check(args, kwargs, *((self.table(e, arch), int(sm_count or 0)) if arch else ()))
         if rows is None:
@@ -142,7 +146,7 @@ class Runtime:
     def register_torch(self) -> list[str]:
         """Every op of every pack as `torch.ops.<ns>.<op>` (each once); returns their names."""
         from . import torch_library
-        names = sorted(self.registry.ensure().entries)
+        names = sorted(self.registry.complete().entries)
         for n in names:
             torch_library.register(self.registry.entries[n].spec, self.op)
         self._torch_done = True

@@ -67,9 +67,10 @@ def _compile_job(job: Job, cache_root: str):
         art = comp.lower(func, job.arch, dict(variant.pass_configs))
         plan = plan_mod.extract(spec, variant, func, art)
         work = Path(cache_root) / "work" / job.key[:16]
-        cubin = comp.nvcc(art.kernel_source, job.arch, work, variant.nvcc_flags)
+        source = comp.canonical_source(art.kernel_source)
+        cubin = comp.nvcc(source, job.arch, work, variant.nvcc_flags)
         shutil.rmtree(work, ignore_errors=True)
-        cache_mod.Cache(Path(cache_root)).put(job.key, cubin, plan.to_json(), art.kernel_source)
+        cache_mod.Cache(Path(cache_root)).put(job.key, cubin, plan.to_json(), source)
         return None
     except (CompileError, SpecError) as e:
         return job.label, str(e).replace(f"{job.op}[{job.variant}]: ", "")

@@ -84,6 +84,29 @@ def lower(func, arch: str, pass_configs: dict | None = None):
         return lower_with_context(func, ctx, enable_host_codegen=False, enable_device_compile=False)
 
 
+_WS_DECL = re.compile(r"void\* (workspace(?:_\d+)?) = \(\(void\*\)\(\(char\*\)buf_dyn_shmem \+ \d+\)\);")
+_WS_USE = re.compile(r"tl::AllReduce<tl::\w+, ([^;]*?)>::run\([^;]*?\(\(\(float\*\)(workspace(?:_\d+)?)\)\[0\]\)")
+
+
+def canonical_source(source: str) -> str:
+    """tilelang hands its allreduce workspaces (equal shared-memory slots) to the reductions in
+    an order that varies between processes, so two clean builds of one kernel differed (issue #12).
+    When every use of every workspace is an `AllReduce` with the same thread/barrier arguments
+    (hence the same slot size), give the slots out in order of first use: the kernel computes the
+    same thing and its bytes no longer depend on the build.  Any other source is left as it is."""
+    decls = _WS_DECL.findall(source)
+    if len(decls) < 2:
+        return source
+    uses = _WS_USE.findall(source)
+    if len({args for args, _ in uses}) != 1 or source.count("float*)workspace") != len(uses):
+        return source
+    first = list(dict.fromkeys(name for _, name in uses))
+    if sorted(first) != sorted(decls) or first == decls:
+        return source
+    rename = dict(zip(first, decls))
+    return re.sub(r"\(\(float\*\)(workspace(?:_\d+)?)\)", lambda m: f"((float*){rename[m.group(1)]})", source)
+
+
 def nvcc(source: str, arch: str, workdir: Path, extra_flags=()) -> bytes:
     """Compile CUDA C++ to a cubin for `arch` (tkreg's flags, then a variant's own);
     CompileError carries nvcc's message."""

@@ -35,6 +35,7 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
     # prefetch: the promotion's scales are loaded into registers before the WGMMAs are issued
     # (1: this K block's, 2: the next block's, a block ahead), so their global-load latency hides
     # under the tensor-core work instead of stalling the warpgroup after its WGMMA wait.
+    # (Not on swap-AB decode tiles: there it lost 2-15 points of copy bandwidth, docs/gemm-tuning.md.)
     assert not prefetch or (uniform_b and not swap_ab)
 
     @T.macro
@@ -95,6 +96,14 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
         else:
             T.copy(acc, ws[split, m0:m0 + block_M, n0:n0 + block_N])
 
+    def scale_regs():
+        """The prefetched scales: a_scale of the tile's rows (this K block's, and the next's for
+        prefetch=2) and the weight block's b_scale; None without prefetch."""
+        if not prefetch:
+            return None, None, None
+        return (T.alloc_fragment((block_M,), "float32"),
+                T.alloc_fragment((block_M,), "float32") if prefetch == 2 else None, T.alloc_local((1,), "float32"))
+
     @T.macro
     def body(a, a_scale, b, b_scale, out, ws):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits,
@@ -109,9 +118,7 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
                 c_s = T.alloc_shared((block_M, block_N), "bfloat16")
                 part = T.alloc_fragment((block_M, block_N), "float32")
                 acc = T.alloc_fragment((block_M, block_N), "float32")
-                sa = T.alloc_fragment((block_M,), "float32") if prefetch else None
-                sa_n = T.alloc_fragment((block_M,), "float32") if prefetch == 2 else None
-                sb = T.alloc_local((1,), "float32") if prefetch else None
+                sa, sa_n, sb = scale_regs()
                 T.use_swizzle(panel_size=panel)
                 tile(a, a_scale, b, b_scale, out, ws, by, bx, bz, a_s, b_s, c_s, part, acc, sa, sa_n, sb)
         if splits > 1:

@@ -7,6 +7,7 @@ import json, os, subprocess, sys, time
 DENSE = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 7168, 2048), (4096, 28672, 4096), (2048, 8192, 8192),
          (512, 8192, 8192)]
 SMALL_M = [(128, 8192, 8192), (64, 4096, 14336)]   # the 64-row tiles' shapes (round 3)
+DECODE = [(m, n, k) for m in (1, 16, 32, 64) for n, k in ((8192, 8192), (28672, 4096), (4096, 14336), (7168, 2048))]
 
 
 def ncfg() -> dict:
@@ -28,7 +29,8 @@ def child(op, cfg):
     rows = []
     torch.manual_seed(0)
     if op == "fp8_gemm":
-        for m, n, k in DENSE + (SMALL_M if os.environ.get("SMALL_M") else []):
+        shapes = DECODE if os.environ.get("DECODE") else DENSE + (SMALL_M if os.environ.get("SMALL_M") else [])
+        for m, n, k in shapes:
             def make():
                 x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
                 w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
@@ -41,11 +43,12 @@ def child(op, cfg):
             o0 = tkreg.call("sw.fp8_gemm", qa, sa, qb, sb, cfg=0)
             ref = ops.fp8_gemm(qa, sa, qb, sb)
             r = max(3, min(50, int(2e13 / (2 * m * n * k))))
+            rel = float((o.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
             t = queued_ms(lambda qa, sa, qb, sb: tkreg.call("sw.fp8_gemm", qa, sa, qb, sb, cfg=cfg), sets, reps=r)
-            row = dict(shape=[m, n, k], ms=t, tflops=2 * m * n * k / t / 1e9,
+            row = dict(shape=[m, n, k], ms=t, tflops=2 * m * n * k / t / 1e9, wgbs=n * k / t / 1e6, rel_vs_shipped=rel,
                        diff_cfg0=int((o.view(torch.int16) != o0.view(torch.int16)).sum()),
                        diff_shipped=int((o.view(torch.int16) != ref.view(torch.int16)).sum()))
-            if cfg == 0:
+            if cfg == 0 and not os.environ.get("DECODE"):
                 ra = torch.rand(m, 1, device="cuda") + 0.5
                 rb = torch.rand(1, n, device="cuda") + 0.5
                 row["rowwise_ms"] = queued_ms(lambda qa, sa, qb, sb: torch._scaled_mm(qa, qb.t(), ra, rb, out_dtype=torch.bfloat16), sets, reps=r)

@@ -13,9 +13,11 @@ M64 = dict(block_M=64, block_N=128, stages=4, threads=128, splits=1)
 S64 = dict(block_M=64, block_N=64, stages=8, threads=128, splits=1)
 DENSE = [L, dict(L, stages=3), dict(L, panel=4), dict(L, panel=16), dict(M128, stages=5),
          M64, dict(M64, prefetch=2), dict(M64, stages=6, prefetch=2), S64, dict(S64, prefetch=2)]
-GM = dict(G.FP8_MID, layout="contiguous", fp8=True, prefetch=1)
-GK = dict(G.FP8_MID, layout="masked", fp8=True, prefetch=1)
-GS = dict(G.FP8_SMALL, layout="masked", fp8=True)
+MID = dict(block_M=128, block_N=128, stages=4, threads=256)     # grouped_gemm's FP8 tiles when this ran
+SMALL = dict(block_M=64, block_N=128, stages=6, threads=128)
+GM = dict(MID, layout="contiguous", fp8=True, prefetch=1)
+GK = dict(MID, layout="masked", fp8=True, prefetch=1)
+GS = dict(SMALL, layout="masked", fp8=True)
 GROUPED = [GM, dict(GM, prefetch=2), dict(GM, prefetch=2, stages=5)]
 MASKED = [GK, dict(GK, prefetch=2), GS, dict(GS, prefetch=2)]
 

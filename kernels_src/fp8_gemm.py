@@ -23,7 +23,7 @@ REDUCE_M, REDUCE_N = 4, 256
 
 
 def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, splits: int = 1,
-                    swap_ab: bool = False):
+                    swap_ab: bool = False, prefetch: int = 0, panel: int = 10):
     import tilelang.language as T
 
     block_K = GROUP
@@ -32,19 +32,37 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
     KB = T.ceildiv(K, GROUP)
     uniform_b = GROUP % block_N == 0     # one weight-block scale per tile and K block
     assert uniform_b or not swap_ab, "swap-AB tiles read one weight-block scale per K block"
+    # prefetch: the promotion's scales are loaded into registers before the WGMMAs are issued
+    # (1: this K block's, 2: the next block's, a block ahead), so their global-load latency hides
+    # under the tensor-core work instead of stalling the warpgroup after its WGMMA wait.
+    # (Not on swap-AB decode tiles: there it lost 2-15 points of copy bandwidth, docs/gemm-tuning.md.)
+    assert not prefetch or (uniform_b and not swap_ab)
 
     @T.macro
-    def tile(a, a_scale, b, b_scale, out, ws, m_blk, n_blk, split, a_s, b_s, c_s, part, acc):
+    def tile(a, a_scale, b, b_scale, out, ws, m_blk, n_blk, split, a_s, b_s, c_s, part, acc, sa, sa_n, sb):
         # Split s runs K blocks [s * per, (s + 1) * per); blocks past K read as zeros (TMA fills
         # out of bounds) and are skipped in the promotion, whose scales they would overrun.
         # swap_ab: the tile is out^T = b @ a^T (as in kernels_src/gemm.py), part/acc[n, m].
         m0, n0 = m_blk * block_M, n_blk * block_N
         per = T.ceildiv(KB, splits)
         T.clear(acc)
+        if prefetch == 2:
+            for i in T.Parallel(block_M):
+                sa_n[i] = a_scale[T.min(m0 + i, M - 1), T.min(split * per, KB - 1)]
         for k in T.Pipelined(per, num_stages=stages):
             kb = split * per + k
             T.copy(a[m0, kb * block_K], a_s)
             T.copy(b[n0, kb * block_K], b_s)
+            if prefetch == 1:
+                for i in T.Parallel(block_M):
+                    sa[i] = a_scale[T.min(m0 + i, M - 1), T.min(kb, KB - 1)]
+            elif prefetch == 2:
+                for i in T.Parallel(block_M):
+                    sa[i] = sa_n[i]
+                for i in T.Parallel(block_M):
+                    sa_n[i] = a_scale[T.min(m0 + i, M - 1), T.min(kb + 1, KB - 1)]
+            if prefetch:
+                sb[0] = b_scale[n0 // GROUP, T.min(kb, KB - 1)]
             if swap_ab:
                 T.gemm(b_s, a_s, part, transpose_B=True, clear_accum=True)
             else:
@@ -54,6 +72,9 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
                     sb = b_scale[n0 // GROUP, kb]
                     for i, j in T.Parallel(block_N, block_M):
                         acc[i, j] += part[i, j] * (a_scale[T.min(m0 + j, M - 1), kb] * sb)
+                elif prefetch:
+                    for i, j in T.Parallel(block_M, block_N):
+                        acc[i, j] += part[i, j] * (sa[i] * sb[0])
                 elif uniform_b:
                     sb = b_scale[n0 // GROUP, kb]
                     for i, j in T.Parallel(block_M, block_N):
@@ -75,6 +96,14 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
         else:
             T.copy(acc, ws[split, m0:m0 + block_M, n0:n0 + block_N])
 
+    def scale_regs():
+        """The prefetched scales: a_scale of the tile's rows (this K block's, and the next's for
+        prefetch=2) and the weight block's b_scale; None without prefetch."""
+        if not prefetch:
+            return None, None, None
+        return (T.alloc_fragment((block_M,), "float32"),
+                T.alloc_fragment((block_M,), "float32") if prefetch == 2 else None, T.alloc_local((1,), "float32"))
+
     @T.macro
     def body(a, a_scale, b, b_scale, out, ws):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits,
@@ -84,13 +113,14 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
             if swap_ab:
                 part = T.alloc_fragment((block_N, block_M), "float32")
                 acc = T.alloc_fragment((block_N, block_M), "float32")
-                tile(a, a_scale, b, b_scale, out, ws, by, bx, bz, a_s, b_s, None, part, acc)
+                tile(a, a_scale, b, b_scale, out, ws, by, bx, bz, a_s, b_s, None, part, acc, None, None, None)
             else:
                 c_s = T.alloc_shared((block_M, block_N), "bfloat16")
                 part = T.alloc_fragment((block_M, block_N), "float32")
                 acc = T.alloc_fragment((block_M, block_N), "float32")
-                T.use_swizzle(panel_size=10)
-                tile(a, a_scale, b, b_scale, out, ws, by, bx, bz, a_s, b_s, c_s, part, acc)
+                sa, sa_n, sb = scale_regs()
+                T.use_swizzle(panel_size=panel)
+                tile(a, a_scale, b, b_scale, out, ws, by, bx, bz, a_s, b_s, c_s, part, acc, sa, sa_n, sb)
         if splits > 1:
             with T.Kernel(T.ceildiv(N, REDUCE_N), T.ceildiv(M, REDUCE_M), threads=128) as (bx, by):
                 for i, j in T.Parallel(REDUCE_M, REDUCE_N):
@@ -127,7 +157,8 @@ def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "
 
 
 # (name, tile params, rule, priority), as in kernels_src/gemm.py; measured on the H200 beside
-# torch._scaled_mm.  192-row tiles are three consumer warpgroups (64 rows each); 128x256 spills
+# torch._scaled_mm (docs/sweeps/fp8_gemm_r2*.py: prefetch=2 took 8192^3 1078 -> 1096 TFLOP/s,
+# 4096^3 736 -> 936, 2048 x 8192^2 801 -> 916; the 64-row tiles are memory-bound and gain nothing).  192-row tiles are three consumer warpgroups (64 rows each); 128x256 spills
 # (two fp32 tiles per thread).  Decode M <= 16 swaps A and B (16 tokens on WGMMA's N side) with 16
 # stages of 64x128 weight tiles; split-K pays there for N <= 32 * SM_COUNT (few N tiles, long K).
 CLASSES = (
@@ -136,9 +167,10 @@ CLASSES = (
     ("decode-16-split", dict(block_M=16, block_N=64, stages=16, threads=128, splits=2, swap_ab=True),
      "M <= 16 and 32 * N <= 1024 * SM_COUNT and K >= 2048", 60),
     ("decode-16", dict(block_M=16, block_N=64, stages=16, threads=128, splits=1, swap_ab=True), "M <= 16", 55),
-    ("large", dict(block_M=192, block_N=128, stages=4, threads=384, splits=1),
+    ("large", dict(block_M=192, block_N=128, stages=4, threads=384, splits=1, prefetch=2),
      "M > 128 and ((M + 191) // 192) * ((N + 127) // 128) >= 2 * SM_COUNT", 30),
-    ("mid-128", dict(block_M=128, block_N=128, stages=4, threads=256, splits=1), "M > 128 and " + fills(128, 128), 20),
+    ("mid-128", dict(block_M=128, block_N=128, stages=4, threads=256, splits=1, prefetch=2),
+     "M > 128 and " + fills(128, 128), 20),
     ("mid-64", dict(block_M=64, block_N=128, stages=4, threads=128, splits=1), fills(64, 128), 10),
     ("small", dict(block_M=64, block_N=64, stages=8, threads=128, splits=1), None, 0),
 )

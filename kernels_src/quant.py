@@ -14,14 +14,15 @@ Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruc
   row.  One kernel per element size (1, 2, 4 bytes: the typed op views other dtypes of that size
   as uint8 / float16 / int32; a transpose only moves bits).  Blocks at the edge, or pitches that
   are no multiple of the vectors, take a per-element path in the same kernel.
-- per-channel FP8: per_channel_quant_fp8 and the SwiGLU _transpose op have a 512-thread CTA own
-  128 tokens x 128 channels (4 x 8 a thread, only the inputs held in registers); the per-warp
-  amaxes meet in shared memory and 128 threads compute each channel's scale once; the SwiGLU op
-  writes q^T through a 16 KB swizzled shared tile.  per_channel_quant_fp8_transpose is
+- per-channel FP8: per_channel_quant_fp8 has a 512-thread CTA own 128 tokens x 128 channels (4 x 8
+  a thread, only the inputs held in registers); the per-warp amaxes meet in shared memory and 128
+  threads compute each channel's scale once.  The SwiGLU _transpose op: the same kernel at 64
+  channels x two 128-token slabs a 256-thread CTA (the second slab's loads issued before the first
+  is computed), q^T through an 8 KB swizzled shared tile, evict-first stores, 2 CTAs/SM.  per_channel_quant_fp8_transpose is
   warp-local: lanes run down the 128 tokens, the amax is a shfl_xor butterfly, q^T is a PRMT byte
   transpose in registers stored 8 bytes a lane (no shared memory, no barrier).
 - group kernels (FP4, SwiGLU backward): a warp per row as in fp8.py (SwiGLU backward: two rows a
-  warp); FP4 groups are 32 elements = 4 lanes (two shfl_xor), e2m1 codes as the min of three
+  warp; FP4 from 4096 tokens: two row tiles a CTA, the second's loads first, evict-first stores); FP4 groups are 32 elements = 4 lanes (two shfl_xor), e2m1 codes as the min of three
   magic-rounded lines, two values at a time in fp16x2 (equal to comparing against the RNE
   midpoints, TileKernels' bit-level convert: tests/tkreg/ops/test_quant_cpu.py checks both); the
   dequant is PRMT table lookups and a packed bf16 multiply by the power-of-two scale.
@@ -30,9 +31,9 @@ Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruc
   8 values.
 
 Measured on the H200 (docs/quant-tuning.md; % of a same-size copy, 16384 rows): transpose
-1-byte 84%, per-channel 88%, its _transpose 86%, + SwiGLU 73%, SwiGLU backward 95%, FP4 quant
-82%, dequant 88%, E5M6 91% (K = 7168), channel dequant 91% (per-channel, + SwiGLU and FP4 quant:
-round 2's sweep pack).
+1-byte 85%, per-channel 88%, its _transpose 87%, + SwiGLU 81%, SwiGLU backward 95%, FP4 quant
+88%, dequant 88%, E5M6 91% (K = 7168), channel dequant 91% (per-channel, its _transpose, + SwiGLU,
+FP4 quant and the transpose: round 3's sweep pack).
 
 Grids put row blocks on x (any M up to the int32 element limit) and column blocks on y; fp8.py
 measured column-blocks-first 4-8% faster, which would need its rows-first fallback beside each
@@ -83,6 +84,19 @@ __device__ __forceinline__ unsigned tk_hfma2(unsigned a, unsigned b, unsigned c)
 __device__ __forceinline__ unsigned tk_hmin2(unsigned a, unsigned b) {
   unsigned r; asm("min.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
 """
+# Evict-first stores (16, 8, 4 bytes), as the MoE expand ships them: the kernels with a `cs` parameter.
+STORE_CS = r"""
+__device__ __forceinline__ void tk_st16_cs(void* dst, const void* src) {
+  uint4 v = *(const uint4*)src;
+  asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory"); }
+__device__ __forceinline__ void tk_st8_cs(void* dst, const void* src) {
+  uint2 v = *(const uint2*)src;
+  asm volatile("st.global.cs.v2.b32 [%0], {%1, %2};" :: "l"(dst), "r"(v.x), "r"(v.y) : "memory"); }
+__device__ __forceinline__ void tk_st4_cs(void* dst, unsigned v) {
+  asm volatile("st.global.cs.b32 [%0], %1;" :: "l"(dst), "r"(v) : "memory"); }
+"""
+PRELUDE_CS = PRELUDE + STORE_CS
 
 
 def _prmt(T, a, b, sel):
@@ -190,95 +204,88 @@ def _channel_load(T, dtype, nv, rpt):
     return load
 
 
-def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int = 4):
+def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int = 4, cw: int = 128, ns: int = 1,
+                         cs: int = 0, minb: int = 0):
     """x[M, K] (or [M, 2K] with silu: silu(x[:, :K]) * x[:, K:]) -> q[M, K] (transpose: q^T[K, M])
     e4m3, s[ceil(M / 128), K] fp32.
 
-    A CTA owns 128 tokens x 128 channels, a thread rpt tokens x 8 channels (16 * 128 / rpt
-    threads; a warp's rows are 256 contiguous bytes).  Only the bf16/fp16 inputs stay in
-    registers: y (and silu) is recomputed after the amax, since an fp32 copy held the old kernel
-    at 2 CTAs/SM.  The per-warp amaxes go to shared memory and 128 threads combine them and
-    compute s and 1/s once per channel (the old kernel had each of a channel's 16 row-group
-    threads repeat the combine and the IEEE divisions); a second barrier hands 1/s back.
-    transpose: q^T through a 16 KB XOR-swizzled shared tile, 16-byte stores.  Round 2
-    (docs/quant-tuning.md), rpt = 4 the best of the sweep: 73% -> 88% of copy (plain), 61% -> 73%
-    (SwiGLU + transpose, 108 registers).
+    A CTA owns ns 128-token slabs x cw channels, a thread rpt tokens x 8 channels ((cw / 8) *
+    (128 / rpt) threads; a warp's rows are 256 contiguous bytes at cw = 128).  Only the bf16/fp16
+    inputs stay in registers: y (and silu) is recomputed after the amax, since an fp32 copy held the
+    old kernel at 2 CTAs/SM.  The per-warp amaxes go to shared memory and cw threads combine them
+    and compute s and 1/s once per channel; a second barrier hands 1/s back.  transpose: q^T through
+    a cw x 128-byte XOR-swizzled shared tile, 16-byte stores.  ns = 2: the next slab's loads go out
+    into a second register buffer before this one is computed and stored (the MoE expand's lesson:
+    loads stall behind the write stream); cs: evict-first stores (st.global.cs); minb:
+    __launch_bounds__(threads, minb).  Round 2, rpt = 4: 73% -> 88% of copy (plain), 61% -> 73%
+    (SwiGLU + transpose); round 3, SwiGLU + transpose at cw = 64, ns = 2, cs, minb = 2 (256
+    threads held to 126 registers, 2 CTAs/SM): 71% -> 81% (docs/quant-tuning.md).  The defaults
+    are round 2's kernel byte for byte (the plain op ships them).
     """
     import tilelang.language as T
 
     M, N, K, x_shape = _channel_io(T, silu)
     q_shape = (K, M) if transpose else (M, K)
     nv = 8
-    threads = 16 * (128 // rpt)
+    ncc = cw // 8                          # 8-channel chunks a row
+    threads = ncc * (128 // rpt)
     warps = threads // 32
-    assert not transpose or rpt == 8 or rpt == 4
+    assert threads % 32 == 0 and threads <= 1024 and 32 % ncc == 0
+    assert not transpose or rpt == 4 or rpt == 8
+    SL = T.ceildiv(M, 128)
     load = _channel_load(T, dtype, nv, rpt)
 
-    def yv(T, g, h, i):
+    def yv(g, h, i):
         gv = T.cast(g[i], "float32")
         return _silu(T, gv, T.cast(h[i], "float32")) if silu else gv
 
-    @T.prim_func
-    def channel_quant(x: T.Tensor(x_shape, dtype), q: T.Tensor(q_shape, FP8),
-                      s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool):
-        with T.Kernel(T.ceildiv(M, 128), T.ceildiv(K, 128), threads=threads) as (bm, bk):
-            T.assume(N % (16 if silu else 8) == 0)
-            tx = T.get_thread_binding()
-            cc, rg = tx % 16, tx // 16
-            k0 = bk * 128 + cc * nv
-            r0 = bm * 128 + rg * rpt
-            g = T.alloc_local((rpt * nv,), dtype)
-            h = T.alloc_local((rpt * nv,), dtype)
-            am = T.alloc_local((nv,), "float32")
-            inv = T.alloc_local((nv,), "float32")
-            ql = T.alloc_local((rpt * nv,), FP8)
-            red = T.alloc_shared((warps, 128), "float32")
-            sc = T.alloc_shared((128,), "float32")
-            load(x, g, h, r0, k0, M, K, silu)
+    @T.macro
+    def proc(g, h, sl, bk, tx, cc, rg, k0, r0, q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a):
+        if sl < SL:                        # uniform over the CTA (barriers inside)
             for v in T.unroll(nv):
                 am[v] = T.float32(0)
             for i in T.unroll(rpt):
                 for v in T.unroll(nv):
-                    am[v] = T.max(am[v], T.abs(yv(T, g, h, i * nv + v)))
-            for v in T.unroll(nv):
-                am[v] = T.max(am[v], T.shfl_xor(am[v], 16))
-            if tx % 32 < 16:
+                    am[v] = T.max(am[v], T.abs(yv(g, h, i * nv + v)))
+            for o_ in T.unroll(5 - (ncc.bit_length() - 1)):
+                for v in T.unroll(nv):
+                    am[v] = T.max(am[v], T.shfl_xor(am[v], ncc << o_))
+            if tx % 32 < ncc:
                 for v in T.vectorized(nv):
                     red[tx // 32, cc * nv + v] = am[v]
             T.sync_threads()
-            a = T.alloc_local((1,), "float32")
-            if tx < 128:                   # thread c: channel c's amax, s and 1/s
+            if tx < cw:                    # thread c: channel c's amax, s and 1/s
                 a[0] = red[0, tx]
                 for w in T.unroll(warps):
                     a[0] = T.max(a[0], red[w, tx])
                 sc[tx] = _scale(T, a[0], AMAX_FLOOR, FP8_MAX, ue8m0)[1]
-                if bk * 128 + tx < K:
-                    s[bm, bk * 128 + tx] = _scale(T, a[0], AMAX_FLOOR, FP8_MAX, ue8m0)[0]
+                if bk * cw + tx < K:
+                    s[sl, bk * cw + tx] = _scale(T, a[0], AMAX_FLOOR, FP8_MAX, ue8m0)[0]
             T.sync_threads()
             for v in T.vectorized(nv):
                 inv[v] = sc[cc * nv + v]
             for i in T.unroll(rpt):
                 for v in T.unroll(nv):
-                    ql[i * nv + v] = T.cast(yv(T, g, h, i * nv + v) * inv[v], FP8)
+                    ql[i * nv + v] = T.cast(yv(g, h, i * nv + v) * inv[v], FP8)
             if not transpose:
                 for i in T.unroll(rpt):
                     if r0 + i < M and k0 < K:
-                        for v in T.vectorized(nv):
-                            q[r0 + i, k0 + v] = ql[i * nv + v]
+                        if cs:
+                            T.call_extern("handle", "tk_st8_cs", T.address_of(q[r0 + i, k0]), T.address_of(ql[i * nv]))
+                        else:
+                            for v in T.vectorized(nv):
+                                q[r0 + i, k0 + v] = ql[i * nv + v]
             else:
-                # q^T tile [128 channels][128 tokens]: channel c's tokens rg*rpt.. go to rpt-byte slot
+                # q^T tile [cw channels][128 tokens]: channel c's tokens rg*rpt.. go to rpt-byte slot
                 # rg ^ cc (rpt = 8) -- for rpt = 4 slot (rg ^ cc) of 4 bytes (16-way conflict-free).
-                qs = T.alloc_shared((128, 128), FP8)
-                t8 = T.alloc_local((rpt,), FP8)
                 for v in T.unroll(nv):
                     for i in T.unroll(rpt):
                         t8[i] = ql[i * nv + v]
-                    sl = (rg ^ cc) if rpt == 8 else ((rg // 2) ^ cc) * 2 + rg % 2
+                    slot = (rg ^ cc) if rpt == 8 else ((rg // 2) ^ cc) * 2 + rg % 2
                     for i in T.vectorized(rpt):
-                        qs[cc * nv + v, sl * rpt + i] = t8[i]
+                        qs[cc * nv + v, slot * rpt + i] = t8[i]
                 T.sync_threads()
-                o = T.alloc_local((16,), FP8)
-                for p in T.unroll(128 * 8 // threads):
+                for p in T.unroll(cw * 8 // threads):
                     c = p * (threads // 8) + tx // 8
                     ch = (tx % 8) * 2              # logical 8-byte slots ch, ch + 1
                     sw = c // 8
@@ -286,15 +293,54 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
                         o[i] = qs[c, (ch ^ sw) * 8 + i]
                     for i in T.vectorized(8):
                         o[8 + i] = qs[c, ((ch + 1) ^ sw) * 8 + i]
-                    kk = bk * 128 + c
-                    mm = bm * 128 + ch * 8
+                    kk = bk * cw + c
+                    mm = sl * 128 + ch * 8
                     if kk < K:
                         if M % 16 == 0 and mm + 16 <= M:
-                            T.stg128(q[kk, mm], T.reinterpret(o[T.Ramp(0, 1, 16)], "uint32x4"))
+                            if cs:
+                                T.call_extern("handle", "tk_st16_cs", T.address_of(q[kk, mm]), T.address_of(o[0]))
+                            else:
+                                T.stg128(q[kk, mm], T.reinterpret(o[T.Ramp(0, 1, 16)], "uint32x4"))
                         else:
                             for i in T.unroll(16):
                                 if mm + i < M:
                                     q[kk, mm + i] = o[i]
+
+    @T.prim_func
+    def channel_quant(x: T.Tensor(x_shape, dtype), q: T.Tensor(q_shape, FP8),
+                      s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool):
+        with T.Kernel(T.ceildiv(M, 128 * ns), T.ceildiv(K, cw), threads=threads, prelude=PRELUDE_CS) as (bm, bk):
+            T.assume(N % (16 if silu else 8) == 0)
+            if minb:                       # __launch_bounds__(threads, minb): a statement of the body
+                T.annotate_min_blocks_per_sm(minb)
+            tx = T.get_thread_binding()
+            cc, rg = tx % ncc, tx // ncc
+            k0 = bk * cw + cc * nv
+            gA = T.alloc_local((rpt * nv,), dtype)
+            hA = T.alloc_local((rpt * nv,), dtype)
+            gB = T.alloc_local((rpt * nv,), dtype)
+            hB = T.alloc_local((rpt * nv,), dtype)
+            am = T.alloc_local((nv,), "float32")
+            inv = T.alloc_local((nv,), "float32")
+            ql = T.alloc_local((rpt * nv,), FP8)
+            a = T.alloc_local((1,), "float32")
+            t8 = T.alloc_local((rpt,), FP8)
+            o = T.alloc_local((16,), FP8)
+            red = T.alloc_shared((warps, cw), "float32")
+            sc = T.alloc_shared((cw,), "float32")
+            qs = T.alloc_shared((cw, 128), FP8)
+            load(x, gA, hA, (bm * ns) * 128 + rg * rpt, k0, M, K, silu)
+            if ns == 1:
+                proc(gA, hA, bm, bk, tx, cc, rg, k0, bm * 128 + rg * rpt, q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a)
+            else:
+                for j in T.unroll(ns // 2):       # slab 2j from A, 2j + 1 from B; each next one's loads first
+                    load(x, gB, hB, (bm * ns + 2 * j + 1) * 128 + rg * rpt, k0, M, K, silu)
+                    proc(gA, hA, bm * ns + 2 * j, bk, tx, cc, rg, k0, (bm * ns + 2 * j) * 128 + rg * rpt,
+                         q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a)
+                    if 2 * j + 2 < ns:
+                        load(x, gA, hA, (bm * ns + 2 * j + 2) * 128 + rg * rpt, k0, M, K, silu)
+                    proc(gB, hB, bm * ns + 2 * j + 1, bk, tx, cc, rg, k0, (bm * ns + 2 * j + 1) * 128 + rg * rpt,
+                         q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a)
 
     return channel_quant
 
@@ -453,9 +499,12 @@ def silu_backward_quant_kernel(dtype: str, threads: int = 128, rows: int = 2):
 
 
 # ---- MXFP4 ---------------------------------------------------------------------------------------
-def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4):
+def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4, nt: int = 1, cs: int = 0, minb: int = 0):
     """x[M, K] -> q[M, K // 2] uint8 (2 codes a byte), s[M, K // 32] uint8 E8M0 (K % 32 == 0).
 
+    A warp per row, nt row tiles a CTA (tile t: rows (bx * nt + t) * warps + warp; with nt = 2 the
+    next tile's loads go out before this one is computed and stored), cs: evict-first 4-byte code
+    stores, minb: __launch_bounds__(threads, minb).
     e2m1 code magnitude = RNE(g(|y|)) with g = min(2a, a + 2, a / 2 + 4), the piecewise-linear map
     of the e2m1 grid (step 0.5 below 2, 1 in [2, 4), 2 from 4) onto 0..7; RNE is monotone, so it
     is the min of the three lines each rounded by a magic add (equal to tkreg/reference/quant.py's
@@ -465,7 +514,8 @@ def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4):
     fma.rn.f16x2 with the 1024 magic add (fp16's step is 1 in [1024, 2048)), then two min.f16x2,
     and the sign is the fp16 sign bit.  Exact for |y| <= 6, which the scale guarantees.  The same
     lines in fp32 took 24.5 instructions a value and were issue-bound: 78% -> 82% of copy
-    (docs/quant-tuning.md, round 2).
+    (docs/quant-tuning.md, round 2); round 3, nt = 2 + cs: 82% -> 88% at 16384 rows, 81% -> 85% at
+    4096, but 82% -> 78% at 1024 (half the CTAs).  The defaults are round 2's kernel byte for byte.
     """
     import tilelang.language as T
 
@@ -477,50 +527,72 @@ def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4):
     def hf(a, b, c):
         return T.call_extern("uint32", "tk_hfma2", a, U(b), U(c))
 
+    @T.macro
+    def load(x, g, row, by, tx):
+        for u in T.unroll(unroll):
+            col = (by * unroll + u) * span + (tx % 32) * nv
+            if row < M and col < K:
+                for v in T.vectorized(nv):
+                    g[u * nv + v] = x[row, col + v]
+            else:
+                for v in T.vectorized(nv):
+                    g[u * nv + v] = T.cast(0, dtype)
+
+    @T.macro
+    def proc(g, row, by, tx, q, s, am, bt):
+        for u in T.unroll(unroll):
+            am[u] = T.float32(0)
+            for v in T.unroll(nv):
+                am[u] = T.max(am[u], T.abs(T.cast(g[u * nv + v], "float32")))
+            am[u] = T.max(am[u], T.shfl_xor(am[u], 2))
+            am[u] = T.max(am[u], T.shfl_xor(am[u], 1))
+        for u in T.unroll(unroll):
+            col = (by * unroll + u) * span + (tx % 32) * nv
+            sf = T.ieee_fdiv(T.max(am[u], T.float32(FP4_FLOOR)), T.float32(6.0))
+            e = ((T.reinterpret(sf, "uint32") - U(1)) >> U(23)) + U(1)
+            inv = T.reinterpret((U(254) - e) << U(23), "float32")
+            for p in T.unroll(4):      # values 2p, 2p + 1: fp16 halves of h2
+                h2 = T.call_extern("uint32", "tk_f16x2_rn", T.cast(g[u * nv + 2 * p], "float32") * inv,
+                                   T.cast(g[u * nv + 2 * p + 1], "float32") * inv)
+                a2 = h2 & U(0x7FFF7FFF)
+                # 2a + 1024, a + 1026, a / 2 + 1028: the code is the min's low 3 mantissa bits
+                m = T.call_extern("uint32", "tk_hmin2", T.call_extern("uint32", "tk_hmin2",
+                                  hf(a2, 0x40004000, 0x64006400), hf(a2, 0x3C003C00, 0x64026402)),
+                                  hf(a2, 0x38003800, 0x64046404))
+                c = (m & U(0x00070007)) | ((h2 >> U(12)) & U(0x00080008))
+                bt[p] = c | (c >> U(12))           # low byte: code 2p | code 2p + 1 << 4
+            pk = _prmt(T, _prmt(T, bt[0], bt[1], 0x0040), _prmt(T, bt[2], bt[3], 0x0040), 0x5410)
+            if row < M and col < K:
+                if cs:
+                    T.call_extern("handle", "tk_st4_cs", T.address_of(q[row, col // 2]), pk)
+                else:
+                    T.stg32(q[row, col // 2], pk)
+                if tx % 4 == 0:
+                    s[row, col // 32] = T.cast(e, "uint8")
+
     @T.prim_func
     def fp4_quant(x: T.Tensor((M, K), dtype), q: T.Tensor((M, K // 2), "uint8"),
                   s: T.Tensor((M, K // 32), "uint8")):
-        with T.Kernel(T.ceildiv(M, warps), T.ceildiv(K, span * unroll), threads=threads, prelude=PRELUDE) as (bx, by):
+        with T.Kernel(T.ceildiv(M, warps * nt), T.ceildiv(K, span * unroll), threads=threads, prelude=PRELUDE_CS) as (bx, by):
             T.assume(K % 32 == 0)
+            if minb:                       # __launch_bounds__(threads, minb)
+                T.annotate_min_blocks_per_sm(minb)
             tx = T.get_thread_binding()
-            row = bx * warps + tx // 32
-            g = T.alloc_local((unroll * nv,), dtype)
+            gA = T.alloc_local((unroll * nv,), dtype)
+            gB = T.alloc_local((unroll * nv,), dtype)
             am = T.alloc_local((unroll,), "float32")
             bt = T.alloc_local((4,), "uint32")
-            for u in T.unroll(unroll):
-                col = (by * unroll + u) * span + (tx % 32) * nv
-                if row < M and col < K:
-                    for v in T.vectorized(nv):
-                        g[u * nv + v] = x[row, col + v]
-                else:
-                    for v in T.vectorized(nv):
-                        g[u * nv + v] = T.cast(0, dtype)
-            for u in T.unroll(unroll):
-                am[u] = T.float32(0)
-                for v in T.unroll(nv):
-                    am[u] = T.max(am[u], T.abs(T.cast(g[u * nv + v], "float32")))
-                am[u] = T.max(am[u], T.shfl_xor(am[u], 2))
-                am[u] = T.max(am[u], T.shfl_xor(am[u], 1))
-            for u in T.unroll(unroll):
-                col = (by * unroll + u) * span + (tx % 32) * nv
-                sf = T.ieee_fdiv(T.max(am[u], T.float32(FP4_FLOOR)), T.float32(6.0))
-                e = ((T.reinterpret(sf, "uint32") - U(1)) >> U(23)) + U(1)
-                inv = T.reinterpret((U(254) - e) << U(23), "float32")
-                for p in T.unroll(4):      # values 2p, 2p + 1: fp16 halves of h2
-                    h2 = T.call_extern("uint32", "tk_f16x2_rn", T.cast(g[u * nv + 2 * p], "float32") * inv,
-                                       T.cast(g[u * nv + 2 * p + 1], "float32") * inv)
-                    a2 = h2 & U(0x7FFF7FFF)
-                    # 2a + 1024, a + 1026, a / 2 + 1028: the code is the min's low 3 mantissa bits
-                    m = T.call_extern("uint32", "tk_hmin2", T.call_extern("uint32", "tk_hmin2",
-                                      hf(a2, 0x40004000, 0x64006400), hf(a2, 0x3C003C00, 0x64026402)),
-                                      hf(a2, 0x38003800, 0x64046404))
-                    c = (m & U(0x00070007)) | ((h2 >> U(12)) & U(0x00080008))
-                    bt[p] = c | (c >> U(12))           # low byte: code 2p | code 2p + 1 << 4
-                pk = _prmt(T, _prmt(T, bt[0], bt[1], 0x0040), _prmt(T, bt[2], bt[3], 0x0040), 0x5410)
-                if row < M and col < K:
-                    T.stg32(q[row, col // 2], pk)
-                    if tx % 4 == 0:
-                        s[row, col // 32] = T.cast(e, "uint8")
+            w = tx // 32
+            load(x, gA, (bx * nt) * warps + w, by, tx)
+            if nt == 1:
+                proc(gA, bx * warps + w, by, tx, q, s, am, bt)
+            else:
+                for j in T.unroll(nt // 2):       # tile 2j from A, 2j + 1 from B; each next one's loads first
+                    load(x, gB, (bx * nt + 2 * j + 1) * warps + w, by, tx)
+                    proc(gA, (bx * nt + 2 * j) * warps + w, by, tx, q, s, am, bt)
+                    if 2 * j + 2 < nt:
+                        load(x, gA, (bx * nt + 2 * j + 2) * warps + w, by, tx)
+                    proc(gB, (bx * nt + 2 * j + 1) * warps + w, by, tx, q, s, am, bt)
 
     return fp4_quant
 
@@ -793,7 +865,9 @@ SPECS = (
         tensors=(_x(("M", "N")), Tensor("q", ("N // 2", "M"), dtype=FP8, role="output"),
                  Tensor("s", ("(M + 127) // 128", "N // 2"), dtype="float32", role="output")),
         scalars=(_UE8M0,), factory=channel_quant_kernel,
-        variants=tuple(Variant(dict(dtype=d, silu=1, transpose=1), rule="N % 16 == 0") for d in DTYPES),
+        # round 3: 64 channels x two slabs a 256-thread CTA, next slab prefetched, evict-first, 2 CTAs/SM
+        variants=tuple(Variant(dict(dtype=d, silu=1, transpose=1, cw=64, ns=2, cs=1, minb=2), rule="N % 16 == 0")
+                       for d in DTYPES),
         reference=_REF + "silu_and_mul_per_channel_quant_fp8_transpose"),
     OpSpec(
         name="tkreg.silu_and_mul_backward_quant_fp8",
@@ -812,7 +886,12 @@ SPECS = (
         tensors=(_x(("M", "K")), Tensor("q", ("M", "K // 2"), dtype="uint8", role="output"),
                  Tensor("s", ("M", "K // 32"), dtype="uint8", role="output")),
         factory=fp4_quant_kernel,
-        variants=tuple(Variant(dict(dtype=d), rule="K % 32 == 0") for d in DTYPES),
+        # two row tiles a CTA (next prefetched) + evict-first from M >= 4096 (H200, K = 7168: 85 / 88% of
+        # copy at 4096 / 16384 rows against 81 / 82%); at 1024 rows it halves too few CTAs (78% against
+        # 82%).  2048 was not measured: the threshold is the smallest measured win.
+        variants=tuple(v for d in DTYPES for v in (
+            Variant(dict(dtype=d, nt=2, cs=1), rule="K % 32 == 0 and M >= 4096", priority=1),
+            Variant(dict(dtype=d), rule="K % 32 == 0"))),
         reference=_REF + "per_token_group_quant_fp4"),
     OpSpec(
         name="tkreg.per_token_group_dequant_fp4",

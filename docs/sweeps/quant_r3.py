@@ -1,6 +1,10 @@
-"""Round-3 sweep pack for issue #17: cfg 0 of every op = the kernel kernels_src/quant.py ships today; cfg 1.. the
-prefetch / evict-first-store / occupancy candidates of docs/sweeps/quant_r3_cand.py (bit-exact by construction).
-Build (sm_90a only, bf16 only; one compile at a time on the 2-core build box):
+"""Round-3 sweep pack for issue #17: cfg 0 of every op = the kernel kernels_src/quant.py shipped when it ran; cfg 1..
+the prefetch / evict-first-store / occupancy candidates of docs/sweeps/quant_r3_cand.py (bit-exact by construction).
+Folded (docs/quant-tuning.md, round 3): SwiGLU cfg 4 and FP4 cfg 3 (M >= 4096) ship; channel_cand and
+fp4_quant_cand moved into quant.py as channel_quant_kernel and fp4_quant_kernel, whose defaults are still the
+cfg-0 kernels, so this pack still builds what it measured: all 29 sm_90a cubins byte-identical to the run's pack.
+Build (sm_90a only, bf16 only; one compile at a time on the 2-core build box; a fresh --cache: the cache key covers
+this file's bytes, not quant.py or quant_r3_cand.py which it imports):
   .venv/bin/python -m build_tools build --src docs/sweeps/quant_r3.py --namespace sw3 --arch sm_90a --out .ab/pack3 -j 1
 Run on the GPU: docs/sweeps/quant_r3_run.py (its NCFG must match this file's).
 """

@@ -13,7 +13,7 @@ BF16, FP16, FP8 = torch.bfloat16, torch.float16, torch.float8_e4m3fn
 ops = tkreg.ops
 OPS = {"batched_transpose": 3, "per_channel_quant_fp8": 2, "per_channel_quant_fp8_transpose": 2,
        "silu_and_mul_per_channel_quant_fp8_transpose": 2, "silu_and_mul_backward_quant_fp8": 2,
-       "per_token_group_quant_fp4": 2, "per_token_group_dequant_fp4": 1, "quant_e5m6": 4,
+       "per_token_group_quant_fp4": 4, "per_token_group_dequant_fp4": 1, "quant_e5m6": 4,
        "dequant_e5m6": 1, "group_dequant_fp8": 1, "per_channel_dequant_fp8": 1}
 
 
@@ -37,8 +37,10 @@ def test_transpose_picks_the_element_size_kernel(dt, kernel, arch):
     ("per_channel_quant_fp8", (torch.empty(37, 7168, dtype=BF16),), "dtype=bfloat16"),
     ("per_channel_quant_fp8_transpose", (torch.empty(1, 40, dtype=FP16),), "dtype=float16"),
     ("silu_and_mul_per_channel_quant_fp8_transpose", (torch.empty(5, 2 * 1408, dtype=BF16),),
-     "dtype=bfloat16,silu=1,transpose=1"),
+     "cs=1,cw=64,dtype=bfloat16,minb=2,ns=2,silu=1,transpose=1"),
     ("per_token_group_quant_fp4", (torch.empty(3, 7168, dtype=BF16),), "dtype=bfloat16"),
+    ("per_token_group_quant_fp4", (torch.empty(4095, 7168, dtype=FP16),), "dtype=float16"),
+    ("per_token_group_quant_fp4", (torch.empty(4096, 7168, dtype=BF16),), "cs=1,dtype=bfloat16,nt=2"),
     ("quant_e5m6", (torch.empty(3, 16384, dtype=FP16),), "dtype=float16"),
     ("quant_e5m6", (torch.empty(3, 7168, dtype=BF16),), "dtype=bfloat16,vecs=4"),
     ("per_token_group_dequant_fp4", (torch.empty(3, 64, dtype=torch.uint8), torch.empty(3, 4, dtype=torch.uint8)), ""),

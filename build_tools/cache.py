@@ -1,6 +1,7 @@
 """Content-addressed compile cache: an unchanged variant is never compiled twice.
 
-The key covers everything that can change the cubin or its plan: the family module's source,
+The key covers everything that can change the cubin or its plan: the family module's source and
+the local modules it imports (build_tools/sources.py),
 the variant's parameters, rule, pass configs and nvcc flags, arch, tilelang and nvcc versions, nvcc flags, and the source of the
 build tools that lower and extract plans.  Entries are written atomically (tmp dir + rename).
 """

@@ -1,15 +1,19 @@
 """Find the OpSpecs to build: a module name, a .py file, or a folder of them.
 
 Each module lists its ops in `SPECS` (a sequence of OpSpec) or a `specs()` function.  A module
-is referred to by a picklable `SourceRef`, so compile workers can import it again.
+is referred to by a picklable `SourceRef`, so compile workers can import it again.  Its
+`source_hash` (part of every compile-cache key) covers the module and the local modules it
+imports, so editing an imported kernel module rebuilds the variants that use it.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import importlib.util
 import pkgutil
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +44,69 @@ class SourceRef:
         return Path(importlib.util.find_spec(self.name).origin)
 
     def source_hash(self) -> str:
-        return hashlib.sha256(self.path().read_bytes()).hexdigest()
+        """sha256 over this module's bytes and those of every local module it imports, directly
+        or not (the file's imports resolve as they do once it is loaded: sibling modules a sweep
+        puts on sys.path, relative imports inside a package)."""
+        root = self.path()
+        h = hashlib.sha256(root.read_bytes())   # a module importing nothing local: its bytes' hash
+        package = self.name.rpartition(".")[0] if self.kind == "module" else None
+        for name, path in local_imports(root, package)[1:]:
+            h.update(b"\0" + name.encode() + b"\0" + path.read_bytes())
+        return h.hexdigest()
+
+
+def _outside() -> tuple:
+    """Folders whose modules never count as a source's own: the interpreter's and installed
+    packages' (their versions are the toolchain's business), tkreg's and build_tools' own."""
+    import tkreg
+    paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(Path(p).resolve() for p in paths | {Path(tkreg.__file__).parent, Path(__file__).parent})
+
+
+def _local_spec(name: str, outside: tuple):
+    """The spec of module `name` when it is a local .py file, else None; never imports a
+    package outside the source's own tree (finding `a.b` imports `a`, so `a` is looked at first)."""
+    def local(spec):
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            return False
+        f = Path(spec.origin).resolve()
+        return not any(f.is_relative_to(p) for p in outside)
+    try:
+        spec = importlib.util.find_spec(name.partition(".")[0])
+        if local(spec) and "." in name:
+            spec = importlib.util.find_spec(name)
+    except Exception:  # noqa: BLE001 - a name that is no module (`from m import function`), or a broken package
+        return None
+    return spec if local(spec) else None
+
+
+def local_imports(path: Path, package: str | None) -> list[tuple[str, Path]]:
+    """[(module name, file)] of the file at `path` (named "", first) and the local modules it
+    imports, transitively, sorted by name (the file itself is not listed again)."""
+    outside = _outside()
+    root = Path(path).resolve()
+    seen: dict = {"": Path(path)}
+    elsewhere: set = set()    # names already found not to be local modules
+    todo = [(Path(path), package)]
+    while todo:
+        f, pkg = todo.pop()
+        for node in ast.walk(ast.parse(f.read_bytes())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level and not pkg:
+                    continue
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), pkg) if node.level else node.module
+                names = [base] + [f"{base}.{a.name}" for a in node.names]   # `from pkg import submodule`
+            for n in names:
+                spec = None if n in seen or n in elsewhere else _local_spec(n, outside)
+                if spec is None or Path(spec.origin).resolve() == root:
+                    elsewhere.add(n)
+                    continue
+                seen[n] = Path(spec.origin)
+                todo.append((seen[n], n if spec.submodule_search_locations else n.rpartition(".")[0]))
+    return sorted(seen.items())
 
 
 def _package_name(folder: Path) -> str:

@@ -3,8 +3,8 @@ the prefetch / evict-first-store / occupancy candidates of docs/sweeps/quant_r3_
 Folded (docs/quant-tuning.md, round 3): SwiGLU cfg 4 and FP4 cfg 3 (M >= 4096) ship; channel_cand and
 fp4_quant_cand moved into quant.py as channel_quant_kernel and fp4_quant_kernel, whose defaults are still the
 cfg-0 kernels, so this pack still builds what it measured: all 29 sm_90a cubins byte-identical to the run's pack.
-Build (sm_90a only, bf16 only; one compile at a time on the 2-core build box; a fresh --cache: the cache key covers
-this file's bytes, not quant.py or quant_r3_cand.py which it imports):
+Build (sm_90a only, bf16 only; one compile at a time on the 2-core build box; since 2026-12-02 the cache key also
+covers quant.py and quant_r3_cand.py, which this file imports):
   .venv/bin/python -m build_tools build --src docs/sweeps/quant_r3.py --namespace sw3 --arch sm_90a --out .ab/pack3 -j 1
 Run on the GPU: docs/sweeps/quant_r3_run.py (its NCFG must match this file's).
 """

@@ -97,7 +97,9 @@ def local_imports(path: Path, package: str | None) -> list[tuple[str, Path]]:
             elif isinstance(node, ast.ImportFrom):
                 if node.level and not pkg:
                     continue
-                base = importlib.util.resolve_name("." * node.level + (node.module or ""), pkg) if node.level else node.module
+                base = node.module
+                if node.level:
+                    base = importlib.util.resolve_name("." * node.level + (node.module or ""), pkg)
                 names = [base] + [f"{base}.{a.name}" for a in node.names]   # `from pkg import submodule`
             for n in names:
                 spec = None if n in seen or n in elsewhere else _local_spec(n, outside)

@@ -158,7 +158,8 @@ def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "
 
 # (name, tile params, rule, priority), as in kernels_src/gemm.py; measured on the H200 beside
 # torch._scaled_mm (docs/sweeps/fp8_gemm_r2*.py: prefetch=2 took 8192^3 1078 -> 1096 TFLOP/s,
-# 4096^3 736 -> 936, 2048 x 8192^2 801 -> 916; the 64-row tiles are memory-bound and gain nothing).  192-row tiles are three consumer warpgroups (64 rows each); 128x256 spills
+# 4096^3 736 -> 936, 2048 x 8192^2 801 -> 916; the 64-row tiles are memory-bound and gain
+# nothing).  192-row tiles are three consumer warpgroups (64 rows each); 128x256 spills
 # (two fp32 tiles per thread).  Decode M <= 16 swaps A and B (16 tokens on WGMMA's N side) with 16
 # stages of 64x128 weight tiles; split-K pays there for N <= 32 * SM_COUNT (few N tiles, long K).
 CLASSES = (

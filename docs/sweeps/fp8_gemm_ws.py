@@ -59,7 +59,14 @@ Why it cannot deadlock / race:
     tilelang's automatic __syncthreads placement is off (tl.disable_thread_storage_sync): it would
     deadlock in warpgroup-divergent code; the kernel places its own barriers.
 Registers: a consumer thread holds acc 64 + two parts 128 fp32; 2 consumers at 240 + producer at
-24 is 2 * 128 * 240 + 128 * 24 = 64512 <= 65536.  Three consumers do not fit with two parts.
+24 is 2 * 128 * 240 + 128 * 24 = 64512 <= 65536.  Three consumers do not fit with two parts, so
+`halves=True` (the 192x128 tile, three consumers at 160 registers) splits every block's chain into
+two 64-column halves, pA and pB, 32 fp32 each, and the accumulator into accA/accB:
+      block b:  wait full[b]; issue b.A -> pA; wait_group 1 ((b-1).B done); arrive empty[b-1]
+                (not for a group's first block); accB += pB * s[b-1]; issue b.B -> pB;
+                wait_group 1 (b.A done); accA += pA * s[b]; s[b-1]'s registers <- s[b+1]
+  groups, tail and the zero-initialized pB of block -1 as above; 4 x 32 fp32 a thread.  The
+  promotion still overlaps a queued half chain; the cost is m64n64 WGMMAs (A re-read per half).
 """
 GROUP = 128
 FP8 = "float8_e4m3fn"
@@ -67,7 +74,8 @@ PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memor
 
 
 def fp8_gemm_ws_kernel(block_M: int = 128, block_N: int = 128, stages: int = 4, consumers: int = 2,
-                       panel: int = 10, producer_regs: int = 24, consumer_regs: int = 240, unroll: int = 2):
+                       panel: int = 10, producer_regs: int = 24, consumer_regs: int = 240, unroll: int = 2,
+                       halves: bool = False):
     import tilelang.language as T
 
     assert block_N == GROUP, "one weight-block scale per tile and K block"
@@ -169,6 +177,99 @@ def fp8_gemm_ws_kernel(block_M: int = 128, block_N: int = 128, stages: int = 4, 
         T.sync_threads(barrier_id=bar_id, arrive_count=128)     # this warpgroup only
         T.copy(c_s, out[m0 + r0, n0])
 
+    # ---- halves=True: each block's chain is issued as two 64-column halves (pA: columns 0-63,
+    # pB: 64-127) into two 32-register fragments, with the accumulator split the same way
+    # (accA, accB), so a consumer holds 4 x 32 fp32 and three consumers fit (160 registers).
+    # Per block b:  issue b.A; wait 1 ((b-1).B done); release b-1; promote (b-1).B; issue b.B;
+    #               wait 1 (b.A done); promote b.A  -- the tensor core always has a half queued.
+    @T.macro
+    def issue_half(a_s, b_s, s, r0, h, part):
+        T.wgmma_gemm(a_s[s, r0:r0 + half, :], b_s[s, h * half:(h + 1) * half, :], part, transpose_B=True,
+                     policy=full_row, clear_accum=True)
+
+    @T.macro
+    def promote_half(acc, part, sa, sb):
+        for i, j in T.Parallel(half, half):
+            acc[i, j] += part[i, j] * (sa[i] * sb[0])
+
+    @T.macro
+    def one_h(a_scale, b_scale, m0, n0, r0, b, a_s, b_s, full, empty, pA, pB, accA, accB,
+              sa_b, sb_b, sa_p, sb_p, first):
+        # block b (scales sa_b/sb_b); block b-1's B half waits in pB with scales sa_p/sb_p
+        nreg = half * half // 128
+        T.mbarrier_wait_parity(full[b % stages], (b // stages) % 2)
+        issue_half(a_s, b_s, b % stages, r0, 0, pA)
+        T.wait_wgmma(1)                     # (b-1).B done (first of a group: a no-op, for ptxas)
+        T.warpgroup_fence_operand(pB, num_regs=nreg)
+        if not first:
+            T.barrier_arrive(empty[(b - 1) % stages])
+        promote_half(accB, pB, sa_p, sb_p)
+        issue_half(a_s, b_s, b % stages, r0, 1, pB)
+        T.wait_wgmma(1)                     # b.A done
+        T.warpgroup_fence_operand(pA, num_regs=nreg)
+        promote_half(accA, pA, sa_b, sb_b)
+        scales(a_scale, b_scale, m0, n0, r0, b + 1, sa_p, sb_p)   # block b+1's, in b-1's set
+
+    @T.macro
+    def group_h(a_scale, b_scale, m0, n0, r0, b0, n, a_s, b_s, full, empty, pA, pB, accA, accB,
+                sa0, sa1, sb0, sb1):
+        # blocks b0 .. b0+n-1 (b0 even: block b's scales in set b % 2); on entry and exit nothing
+        # is in flight and pB holds the previous block's B half, retired but not promoted
+        one_h(a_scale, b_scale, m0, n0, r0, b0, a_s, b_s, full, empty, pA, pB, accA, accB, sa0, sb0, sa1, sb1, True)
+        one_h(a_scale, b_scale, m0, n0, r0, b0 + 1, a_s, b_s, full, empty, pA, pB, accA, accB, sa1, sb1, sa0, sb0, False)
+        if n == 4:
+            one_h(a_scale, b_scale, m0, n0, r0, b0 + 2, a_s, b_s, full, empty, pA, pB, accA, accB, sa0, sb0, sa1, sb1, False)
+            one_h(a_scale, b_scale, m0, n0, r0, b0 + 3, a_s, b_s, full, empty, pA, pB, accA, accB, sa1, sb1, sa0, sb0, False)
+        T.wait_wgmma(0)
+        T.warpgroup_fence_operand(pB, num_regs=half * half // 128)
+        T.barrier_arrive(empty[(b0 + n - 1) % stages])
+
+    @T.macro
+    def consumer_h(a_scale, b_scale, out, m0, n0, r0, bar_id, a_s, b_s, c_s, full, empty):
+        accA = T.alloc_fragment((half, half), "float32")
+        accB = T.alloc_fragment((half, half), "float32")
+        pA = T.alloc_fragment((half, half), "float32")
+        pB = T.alloc_fragment((half, half), "float32")
+        sa0 = T.alloc_fragment((half,), "float32")      # scales of even blocks
+        sa1 = T.alloc_fragment((half,), "float32")      # ... odd blocks
+        sb0 = T.alloc_local((1,), "float32")
+        sb1 = T.alloc_local((1,), "float32")
+        nreg = half * half // 128
+        T.clear(accA)
+        T.clear(accB)
+        T.clear(pB)                                     # block -1's B half: accB += 0 * 0
+        T.clear(sa1)
+        sb1[0] = 0.0
+        scales(a_scale, b_scale, m0, n0, r0, 0, sa0, sb0)
+        for q in T.serial(KB // unroll):
+            group_h(a_scale, b_scale, m0, n0, r0, q * unroll, unroll, a_s, b_s, full, empty, pA, pB, accA, accB,
+                    sa0, sa1, sb0, sb1)
+        if unroll == 4:
+            if KB % 4 >= 2:
+                group_h(a_scale, b_scale, m0, n0, r0, KB // 4 * 4, 2, a_s, b_s, full, empty, pA, pB, accA, accB,
+                        sa0, sa1, sb0, sb1)
+        if KB % 2 == 1:
+            # the odd last block KB-1 (scales in set 0), then its B half after wait 0
+            T.mbarrier_wait_parity(full[(KB - 1) % stages], ((KB - 1) // stages) % 2)
+            issue_half(a_s, b_s, (KB - 1) % stages, r0, 0, pA)
+            T.wait_wgmma(1)                                      # no-op, for ptxas
+            T.warpgroup_fence_operand(pB, num_regs=nreg)
+            promote_half(accB, pB, sa1, sb1)                     # block KB-2's B half (or zeros)
+            issue_half(a_s, b_s, (KB - 1) % stages, r0, 1, pB)
+            T.wait_wgmma(1)
+            T.warpgroup_fence_operand(pA, num_regs=nreg)
+            promote_half(accA, pA, sa0, sb0)
+            T.wait_wgmma(0)
+            T.warpgroup_fence_operand(pB, num_regs=nreg)
+            promote_half(accB, pB, sa0, sb0)
+        else:
+            promote_half(accB, pB, sa1, sb1)                     # block KB-1's B half (or zeros)
+        T.copy(accA, c_s[:, 0:half])
+        T.copy(accB, c_s[:, half:2 * half])
+        T.fence_proxy_async()
+        T.sync_threads(barrier_id=bar_id, arrive_count=128)
+        T.copy(c_s, out[m0 + r0, n0])
+
     @T.macro
     def producer(a, b, m0, n0, a_s, b_s, full, empty):
         for k in T.serial(KB):
@@ -182,7 +283,10 @@ def fp8_gemm_ws_kernel(block_M: int = 128, block_N: int = 128, stages: int = 4, 
     def wg(a_scale, b_scale, out, m0, n0, c, a_s, b_s, c_s, full, empty):
         # consumer c: rows 64 c of the tile, its own epilogue buffer and named barrier 1 + c
         T.inc_max_nreg(consumer_regs)
-        consumer(a_scale, b_scale, out, m0, n0, c * half, 1 + c, a_s, b_s, c_s[c], full, empty)
+        if halves:
+            consumer_h(a_scale, b_scale, out, m0, n0, c * half, 1 + c, a_s, b_s, c_s[c], full, empty)
+        else:
+            consumer(a_scale, b_scale, out, m0, n0, c * half, 1 + c, a_s, b_s, c_s[c], full, empty)
 
     A, B = T.Tensor((M, K), FP8), T.Tensor((N, K), FP8)
     SA = T.StridedTensor((M, KB), (sam, sak), "float32")

@@ -6,6 +6,7 @@ import torch
 import tkreg
 from tkreg.reference import quant as R
 from tkreg.bench.timing import gpu_ms, queued_ms, rotations, copy_sets
+from sweep_check import cb, copy_ms, diff, rnd
 
 # must match quant_r2.NCFG (checked below against the pack's manifest)
 NCFG = {"batched_transpose": 3, "per_channel_quant_fp8": 4, "per_channel_quant_fp8_transpose": 3,
@@ -23,36 +24,15 @@ def save():
     json.dump(res, open(out_path, "w"), indent=1)
 
 
-def bits(t):
-    t = t.contiguous()
-    return t.view(torch.uint8) if t.dtype.itemsize == 1 else t.view({2: torch.int16, 4: torch.int32}[t.dtype.itemsize])
 
 
-def nan_mask(t):
-    return torch.isnan(t) if t.dtype.is_floating_point and t.dtype.itemsize > 1 else torch.zeros_like(t, dtype=torch.bool)
 
 
-def diff(a, b):
-    """(#elements whose bits differ, ignoring positions where both are NaN), as int."""
-    a = a if isinstance(a, (tuple, list)) else (a,)
-    b = b if isinstance(b, (tuple, list)) else (b,)
-    n = 0
-    for x, y in zip(a, b):
-        if x.shape != y.shape:
-            return -1
-        d = bits(x) != bits(y)
-        d &= ~(nan_mask(x) & nan_mask(y))
-        n += int(d.sum())
-    return n
 
 
-def rnd(*shape):
-    return (torch.randn(*shape, device=dev) * 3).to(bf16)
 
 
 # op -> (inputs(M, K) -> tuple, scalar kwargs, reference fn or None, bytes(M, K))
-def cb(m, k):
-    return 4 * (-(-m // 128)) * k
 
 
 def fp4_inputs(m, k, full_range=False):
@@ -134,12 +114,6 @@ def check(name):
             res["errors"].append(f"check {name} {m}x{kk}: {type(e).__name__}: {e}"[:400])
 
 
-def copy_ms(nbytes, queued=False):
-    key = f"{nbytes}{'q' if queued else ''}"
-    if key not in res["copy"]:
-        sets = copy_sets(nbytes)
-        res["copy"][key] = (queued_ms if queued else gpu_ms)(lambda s, d: d.copy_(s), sets)
-    return res["copy"][key]
 
 
 def bench(name):
@@ -151,7 +125,7 @@ def bench(name):
             sets = rotations(lambda: make(m, k), nbytes)
             queued = m < LARGE
             timer = queued_ms if queued else gpu_ms
-            cp = copy_ms(nbytes, queued)
+            cp = copy_ms(res["copy"], nbytes, queued)
             row = dict(op=name, shape=[m, k], bytes=nbytes, timer="queued" if queued else "events",
                        copy_ms=cp, copy_gbs=nbytes / cp / 1e6, ms={}, gbs={}, pct_copy={})
             for i in range(NCFG[name]):

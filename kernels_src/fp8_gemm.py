@@ -15,6 +15,7 @@ sm_100a: one tcgen05 kernel (kernels_src/gemm_sm100.py), compiled and SASS-check
 """
 from tkreg.spec import OpSpec, Tensor, Variant
 
+from .fp8_ws import PASS_CONFIGS as WS_PASS_CONFIGS
 from .gemm import fills
 
 FP8 = "float8_e4m3fn"
@@ -28,7 +29,6 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
 
     block_K = GROUP
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
-    sam, sak = T.dynamic("sam"), T.dynamic("sak")
     KB = T.ceildiv(K, GROUP)
     uniform_b = GROUP % block_N == 0     # one weight-block scale per tile and K block
     assert uniform_b or not swap_ab, "swap-AB tiles read one weight-block scale per K block"
@@ -132,8 +132,14 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
                             v += ws[s, r, c]
                         out[r, c] = T.cast(v, "bfloat16")
 
+    return prim_func(T, body, M, N, K, splits)
+
+
+def prim_func(T, body, M, N, K, splits: int = 1):
+    """The op's kernel signature around `body(a, a_scale, b, b_scale, out, ws)` (ws None unsplit)."""
+    KB = T.ceildiv(K, GROUP)
     A, B = T.Tensor((M, K), FP8), T.Tensor((N, K), FP8)
-    SA = T.StridedTensor((M, KB), (sam, sak), "float32")
+    SA = T.StridedTensor((M, KB), (T.dynamic("sam"), T.dynamic("sak")), "float32")
     SB = T.Tensor((T.ceildiv(N, GROUP), KB), "float32")
     O, W = T.Tensor((M, N), "bfloat16"), T.Tensor((splits, M, N), "float32")
     if splits > 1:
@@ -147,8 +153,26 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
     return fp8_gemm
 
 
-def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "", **params):
-    """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it."""
+def ws_kernel(**params):
+    """The hand-written warp-specialized tile (kernels_src/fp8_ws.py), dense layout."""
+    import tilelang.language as T
+    from .fp8_ws import fp8_ws_body
+
+    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
+    ws_body = fp8_ws_body(T, "dense", M, N, K, None, **params)
+
+    @T.macro
+    def body(a, a_scale, b, b_scale, out, ws):
+        ws_body(a, a_scale, b, b_scale, None, out)
+    return prim_func(T, body, M, N, K)
+
+
+def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "", mma: str = "wgmma", **params):
+    """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it.
+    mma="ws": the hand-written warp-specialized tile (sm_90a)."""
+    if mma == "ws":
+        assert arch == "sm_90a" and splits == 1
+        return ws_kernel(**params)
     if arch == "sm_100a":
         from .gemm_sm100 import fp8_gemm_tcgen05_kernel
         assert splits == 1
@@ -157,20 +181,19 @@ def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "
 
 
 # (name, tile params, rule, priority), as in kernels_src/gemm.py; measured on the H200 beside
-# torch._scaled_mm (docs/sweeps/fp8_gemm_r2*.py: prefetch=2 took 8192^3 1078 -> 1096 TFLOP/s,
-# 4096^3 736 -> 936, 2048 x 8192^2 801 -> 916; the 64-row tiles are memory-bound and gain
-# nothing).  192-row tiles are three consumer warpgroups (64 rows each); 128x256 spills
-# (two fp32 tiles per thread).  Decode M <= 16 swaps A and B (16 tokens on WGMMA's N side) with 16
-# stages of 64x128 weight tiles; split-K pays there for N <= 32 * SM_COUNT (few N tiles, long K).
+# torch._scaled_mm.  M > 128: the hand-written warp-specialized 128x128 tile (kernels_src/fp8_ws.py;
+# docs/sweeps/fp8_gemm_ws_pack.py: 8192^3 1146 TFLOP/s, 4096^3 1056, 512 x 8192^2 952, against
+# 1102 / 746 / 595 for the pipelined 192x128 tile with scale prefetch it replaced).  The 64-row
+# tiles are memory-bound (prefetch gains nothing there).  128x256 spills (two fp32 tiles per
+# thread).  Decode M <= 16 swaps A and B (16 tokens on WGMMA's N side) with 16 stages of 64x128
+# weight tiles; split-K pays there for N <= 32 * SM_COUNT (few N tiles, long K).
 CLASSES = (
     ("decode-16-wide", dict(block_M=16, block_N=128, stages=10, threads=128, splits=1, swap_ab=True),
      "M <= 16 and N >= 16384", 65),
     ("decode-16-split", dict(block_M=16, block_N=64, stages=16, threads=128, splits=2, swap_ab=True),
      "M <= 16 and 32 * N <= 1024 * SM_COUNT and K >= 2048", 60),
     ("decode-16", dict(block_M=16, block_N=64, stages=16, threads=128, splits=1, swap_ab=True), "M <= 16", 55),
-    ("large", dict(block_M=192, block_N=128, stages=4, threads=384, splits=1, prefetch=2),
-     "M > 128 and ((M + 191) // 192) * ((N + 127) // 128) >= 2 * SM_COUNT", 30),
-    ("mid-128", dict(block_M=128, block_N=128, stages=4, threads=256, splits=1, prefetch=2),
+    ("ws-128", dict(mma="ws", block_M=128, stages=4, consumers=2, unroll=2, splits=1),
      "M > 128 and " + fills(128, 128), 20),
     ("mid-64", dict(block_M=64, block_N=128, stages=4, threads=128, splits=1), fills(64, 128), 10),
     ("small", dict(block_M=64, block_N=64, stages=8, threads=128, splits=1), None, 0),
@@ -188,7 +211,8 @@ SPECS = (
                  Tensor("out", ("M", "N"), dtype="bfloat16", role="output"),
                  Tensor("ws", ("splits", "M", "N"), dtype="float32", role="scratch")),
         factory=fp8_gemm_factory,
-        variants=tuple(Variant(dict(params, shape_class=name), rule=rule, priority=prio, archs=("sm_90a",))
+        variants=tuple(Variant(dict(params, shape_class=name), rule=rule, priority=prio, archs=("sm_90a",),
+                               pass_configs=WS_PASS_CONFIGS if params.get("mma") == "ws" else ())
                        for name, params, rule, prio in CLASSES)
         + (Variant(dict(block_M=128, block_N=128, stages=4, threads=256, splits=1, shape_class="tcgen05"),
                    archs=("sm_100a",)),),

@@ -41,6 +41,38 @@ LOG_E = 12       # binary-search depth: E <= 2^12 - 1 experts
 INT32_MAX = 2**31 - 1
 
 
+def expert_macro(T, contiguous: bool, M, E):
+    """macro(groups, m0, bz, e, hi, valid): the expert e of the tile whose first row is m0 (masked:
+    expert bz), the end `hi` of its rows, and valid = 1 when the tile holds any of them."""
+    @T.macro
+    def expert_of(groups, m0, bz, e: T.Ref, hi: T.Ref, valid: T.Ref):
+        if contiguous:
+            # The expert holding row m0: the largest e with offsets[e] <= m0 (binary lifting).
+            e = 0
+            for bit in T.unroll(LOG_E):
+                if e + (1 << (LOG_E - 1 - bit)) <= E:
+                    if groups[e + (1 << (LOG_E - 1 - bit))] <= m0:
+                        e = e + (1 << (LOG_E - 1 - bit))
+            valid = T.if_then_else(T.And(e < E, groups[0] <= m0), 1, 0)
+            hi = groups[T.min(e + 1, E)]
+        else:
+            e = bz
+            hi = T.max(T.min(groups[bz], M), 0)
+            valid = T.if_then_else(m0 < hi, 1, 0)
+    return expert_of
+
+
+def ws_kernel(layout: str, **params):
+    """FP8 grouped GEMM on the hand-written warp-specialized tile (kernels_src/fp8_ws.py)."""
+    import tilelang.language as T
+    from .fp8_ws import fp8_ws_body
+
+    M, N, K, E = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E")
+    contiguous = layout == "contiguous"
+    body = fp8_ws_body(T, layout, M, N, K, E, expert_of=expert_macro(T, contiguous, M, E), **params)
+    return prim_func(T, body, contiguous, M, N, K, E, FP8, "bfloat16", True)
+
+
 def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: int, threads: int,
                    block_K: int = GROUP, dtype: str = "bfloat16", prefetch: int = 0):
     """Both layouts, bf16/fp16 (`fp8=False`) or FP8 block-scaled (fp8_gemm's 2xAcc tile: one WGMMA
@@ -53,6 +85,7 @@ def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: i
     in_dt, out_dt = (FP8, "bfloat16") if fp8 else (dtype, dtype)
     M, N, K, E = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E")
     iters = T.ceildiv(K, block_K)
+    expert_of = expert_macro(T, contiguous, M, E)
 
     @T.macro
     def store(acc, c_s, out, e, m0, n0, hi):
@@ -91,19 +124,7 @@ def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: i
             valid = T.alloc_var("int32")
             T.use_swizzle(panel_size=10)
             m0, n0 = by * block_M, bx * block_N
-            if contiguous:
-                # The expert holding row m0: the largest e with offsets[e] <= m0 (binary lifting).
-                e = 0
-                for bit in T.unroll(LOG_E):
-                    if e + (1 << (LOG_E - 1 - bit)) <= E:
-                        if groups[e + (1 << (LOG_E - 1 - bit))] <= m0:
-                            e = e + (1 << (LOG_E - 1 - bit))
-                valid = T.if_then_else(T.And(e < E, groups[0] <= m0), 1, 0)
-                hi = groups[T.min(e + 1, E)]
-            else:
-                e = bz
-                hi = T.max(T.min(groups[bz], M), 0)
-                valid = T.if_then_else(m0 < hi, 1, 0)
+            expert_of(groups, m0, bz, e, hi, valid)
             if fp8:
                 # Producer 24 / consumers 240 registers (setmaxnreg), as tilelang gives the dense
                 # fp8_gemm.  It leaves them out here (the producer computes the expert search), and
@@ -192,6 +213,9 @@ def factory(arch: str = "sm_90a", shape_class: str = "", mma: str = "wgmma", **p
         from .grouped_gemm_sm100 import grouped_tcgen05_kernel
         params.pop("fp8")
         return grouped_tcgen05_kernel(**params)
+    if mma == "ws":
+        assert arch == "sm_90a" and params.pop("fp8")
+        return ws_kernel(**params)
     return grouped_kernel(**params)
 
 
@@ -213,9 +237,14 @@ BF16_CLASSES = {
     "contiguous": (("large", LARGE, _fills(128, 256, "M"), 10), ("mid", MID, None, 0)),
     "masked": (("large", LARGE, "M > 64", 10), ("small", SMALL, None, 0)),
 }
-FP8_CLASSES = {
-    "contiguous": (("mid", FP8_MID, None, 0),),
-    "masked": (("mid", FP8_MID, "M > 64", 10), ("small", FP8_SMALL, None, 0)),
+# sm_90a: the 128-row tiles are the hand-written warp-specialized tile (kernels_src/fp8_ws.py),
+# which promotes block k under block k+1's WGMMAs; sm_100a keeps the pipelined FP8_MID (mma.sync).
+# Masked Mmax <= 64: FP8_SMALL on both.
+FP8_WS = dict(block_M=128, stages=4, consumers=2, unroll=2, mma="ws")
+FP8_CLASSES = {      # per arch
+    "sm_90a": {"contiguous": (("ws", FP8_WS, None, 0),), "masked": (("ws", FP8_WS, "M > 64", 10),)},
+    "sm_100a": {"contiguous": (("mid", FP8_MID, None, 0),), "masked": (("mid", FP8_MID, "M > 64", 10),)},
+    None: {"contiguous": (), "masked": (("small", FP8_SMALL, None, 0),)},
 }
 # sm_100a bf16/fp16: tcgen05 kernels, 128-row tiles only (one TMEM lane per row), as gemm_sm100's.
 SM100_CLASSES = {
@@ -228,6 +257,7 @@ OUT32 = {"contiguous": f"M * N <= {INT32_MAX}", "masked": f"E * M * N <= {INT32_
 
 
 def _variants(classes, layout: str, dtypes, fp8: bool, archs=None, **extra) -> tuple:
+    from .fp8_ws import PASS_CONFIGS
     out = []
     for name, params, rule, prio in classes[layout]:
         for dt in dtypes:
@@ -235,7 +265,8 @@ def _variants(classes, layout: str, dtypes, fp8: bool, archs=None, **extra) -> t
             if not fp8:
                 p["dtype"] = dt
             full = f"E <= {2**LOG_E - 1} and {OUT32[layout]}" + (f" and ({rule})" if rule else "")
-            out.append(Variant(p, rule=full, priority=prio, archs=archs))
+            out.append(Variant(p, rule=full, priority=prio, archs=archs,
+                               pass_configs=PASS_CONFIGS if p.get("mma") == "ws" else ()))
     return tuple(out)
 
 
@@ -270,8 +301,9 @@ _DOCS = {
 
 
 def _spec(name: str, layout: str, fp8: bool) -> OpSpec:
-    if fp8:   # the Hopper kernel on both archs (mma.sync on sm_100a)
-        variants = _variants(FP8_CLASSES, layout, (FP8,), True)
+    if fp8:
+        variants = sum((_variants(classes, layout, (FP8,), True, archs=arch and (arch,))
+                        for arch, classes in FP8_CLASSES.items()), ())
     else:
         variants = (_variants(BF16_CLASSES, layout, DTYPES, False, archs=("sm_90a",))
                     + _variants(SM100_CLASSES, layout, DTYPES, False, archs=("sm_100a",), mma="tcgen05"))

@@ -106,7 +106,8 @@ def dequantized_product(qa, sa, qb, sb):
     (1, 1000, 5248, "block_M=16,block_N=64,splits=2"), (16, 7168, 1024, "block_M=16,block_N=64,splits=1"),
     (8, 20480, 512, "block_M=16,block_N=128,"), (37, 4096, 7168, "block_M=64,block_N=64,"),
     (200, 1000, 512, "block_M=64,block_N=64,"), (128, 8192, 1024, "block_M=64,block_N=128,"),
-    (4097, 1024, 1024, "block_M=128,block_N=128,"), (4096, 8192, 512, "block_M=192,")])
+    (4097, 1024, 1024, "block_M=128,mma=ws"), (1000, 8192, 1920, "block_M=128,mma=ws"),
+    (4096, 8192, 640, "block_M=128,mma=ws")])
 def test_fp8_gemm_matches_dequantized_product(m, n, k, tile, layout, ue8m0, seed):
     x, w, qa, sa, qb, sb = quantized(m, n, k, layout, ue8m0)
     if torch.cuda.get_device_properties(0).multi_processor_count == 132:

@@ -1,0 +1,280 @@
+"""FP8 block-scaled GEMM tile with a hand-written producer/consumer split (sm_90a), for the dense
+op (kernels_src/fp8_gemm.py) and both grouped layouts (kernels_src/grouped_gemm.py).  A consumer
+warpgroup issues block k+1's WGMMAs before it promotes block k, which tilelang's automatic warp
+specialization refuses (it will not delay a gemm's wait).  Same semantics, bit for bit, as the
+pipelined kernels it replaces:
+
+    out = bf16( sum over kb of part_kb * (a_scale[row, kb] * b_scale[(e,) n0 // 128, kb]) ),
+
+part_kb = the 128-wide K block's WGMMA chain (fp32, fresh fragment), promoted in kb order into an
+fp32 accumulator on the CUDA cores: the same expression, in the same order.
+Measured on the H200 (docs/sweeps/fp8_gemm_ws_pack.py, one process, beside the pipelined 192x128
+tile): 8192^3 1102 -> 1146 TFLOP/s, 4096^3 746 -> 1056, 2048 x 8192^2 816 -> 1059, 512 x 8192^2
+595 -> 952.
+
+Layouts (`layout`): "dense" a[M, K] @ b[N, K]^T; "contiguous" a[M, K] rows offsets[e]:offsets[e+1]
+@ b[e]^T (each 128-row tile lies in one expert: segments start at multiples of 128); "masked"
+a[E, Mmax, K], rows < counts[e] of expert e.  A grouped tile finds its expert and row limit `hi`
+first (grouped_gemm.py's `expert_of`); a tile in no segment runs no K block and stores nothing.
+
+One CTA = block_M x 128 output tile (block_M = 64 * consumers), 128 * (consumers + 1) threads:
+  producer  (threads 0-127, setmaxnreg.dec to `producer_regs`): for kb in 0..nk-1, slot s = kb % S:
+      wait  empty[s] parity ((kb // S) + 1) & 1   (fresh barrier: parity 1 passes at once)
+      one elected thread: expect_tx + TMA a tile -> a_s[s], b tile -> b_s[s]   (OOB = zeros)
+      all 128 threads arrive on full[s]            (full[s] init count 128, + the TMA bytes)
+  consumer c (threads 128(c+1)..+127, setmaxnreg.inc to `consumer_regs`), rows r0 = 64 c; block b
+  lives in part[b % 2] (static roles: fragments are registers), in groups of `unroll` (2 or 4):
+      prologue: acc = 0; part1 = 0, sa1 = sb1 = 0 (so group 0 "promotes" block -1: acc += 0 * 0,
+                bit for bit a no-op); sa0, sb0 <- scales of block 0
+      block b of a group (cur = part[b % 2], prev = the other):
+                wait full[b % S]; issue WGMMA chain a_s[s, r0:r0+64] @ b_s[s]^T -> cur (async)
+                wait_group 1: block b-1 done (first block of a group: a run-time no-op, for ptxas)
+                arrive empty[(b-1) % S] (not for a group's first block: released already)
+                acc += prev * (sa_prev * sb_prev)             block b-1, overlapping block b
+                sa_prev, sb_prev <- scales of block min(b+1, KB-1)
+      group end: wait_group 0 (its last block done); arrive empty[last % S]
+      loop: nk // unroll groups; unroll 4: one group of 2 more when nk % 4 >= 2
+      tail: nk odd: wait full[nk-1]; issue -> part0; wait_group 1; promote part1 (block nk-2 or
+            zeros); wait_group 0; promote part0 (block nk-1).  nk even: promote part1.
+      epilogue: acc -> c_s[c] (bf16, own 64x128 buffer), fence.proxy.async, named barrier 1 + c
+      (this warpgroup's 128 threads), one thread TMA-stores c_s[c] -> out (the store clips M/N
+      edges); a grouped tile whose 64 rows pass `hi` stores element by element under a row mask.
+  Every promotion overlaps the next block's WGMMAs except at a group boundary, where the group's
+  last chain must finish (wait_group 0) before the next block is issued: ptxas serializes every
+  wgmma in the kernel (C7514) when a chain is in flight across the loop's back edge while another
+  fragment is read, and injects a full wait (C7517) when a WGMMA-written register is read after a
+  WGMMA issue with no wait_group in between; this structure compiles with neither.
+No thread exits early; every barrier a warp waits on is one its partners arrive on unconditionally.
+
+Why it cannot deadlock / race:
+  * full[s] phase j = block s + j S.  A consumer waits phase j only after it released block
+    s + (j-1) S, and the producer cannot start phase j+1 before every consumer released block
+    s + j S, so a waiter never sees the barrier two phases ahead (parity is unambiguous).
+  * empty[s] phase j-1 = the 128 * consumers arrivals for block s + (j-1) S; the producer waits for
+    it before loading block s + j S into the slot.  An arrival comes after that thread's
+    wgmma.wait_group that covers the block (each warp waits for its own WGMMAs, so the count of 128
+    per warpgroup means every warp's reads of the slot are done).  The odd last block is never
+    released (the producer does not reuse its slot).
+  * Progress needs S >= 2: when a consumer waits full[kb] it has released every block <= kb-2
+    (a group's end releases its last block before the next group's first wait), and the producer
+    needs block kb-S released to load kb.
+  * nk = 1: no group, the tail issues block 0, promotes the zero part1, waits 0 and promotes block
+    0.  nk = 0 (K = 0, or a grouped tile in no segment): no group, no tail, acc += 0 * 0; a dense
+    tile stores zeros, a grouped one nothing.  The prologue's scale load is clamped/guarded.
+  * Rows past M (the last tile's upper consumer may be all past M): TMA reads zeros, the scale
+    row is clamped, the store clips; nobody branches on it.
+  * Shared memory is not reused across buffers (tl.disable_shared_memory_reuse): with manual
+    synchronization, c_s aliasing a ring slot another consumer still reads would race.
+    tilelang's automatic __syncthreads placement is off (tl.disable_thread_storage_sync): it would
+    deadlock in warpgroup-divergent code; the kernel places its own barriers.
+Registers: a consumer thread holds acc 64 + two parts 128 fp32; 2 consumers at 240 + producer at
+24 is 2 * 128 * 240 + 128 * 24 = 64512 <= 65536.  (Three consumers with each block split into two
+64-column halves fit at 160 registers, but lost 4-37% to this tile; a 2-CTA cluster multicasting
+the shared A tile was +-9% shape by shape and lost on the grouped GEMMs: docs/gemm-tuning.md.)
+"""
+GROUP = 128
+FP8 = "float8_e4m3fn"
+# the variant's tilelang pass configs (see the docstring: manual barriers, no smem aliasing)
+PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memory_reuse": True}
+
+
+def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4, consumers: int = 2,
+                panel: int = 10, producer_regs: int = 24, consumer_regs: int = 240, unroll: int = 2,
+                expert_of=None):
+    """The kernel body `body(a, a_scale, b, b_scale, groups, out)` (groups None when dense); the
+    macro `expert_of(groups, m0, bz, e, hi, valid)` sets a grouped tile's expert, row limit and
+    whether it has work (grouped_gemm.py)."""
+    assert layout in ("dense", "contiguous", "masked") and (layout == "dense") == (expert_of is None)
+    assert block_M == 64 * consumers and consumers in (1, 2)
+    assert unroll in (2, 4)
+    assert stages >= 2, "a slot stays held by the WGMMA chain in flight (see the docstring)"
+    assert 128 * (consumers * consumer_regs + producer_regs) <= 65536
+    block_N = block_K = GROUP
+    half = 64
+    nreg = half * block_N // 128
+    threads = 128 * (consumers + 1)
+    masked = layout == "masked"
+    KB = T.ceildiv(K, GROUP)
+    full_row = T.GemmWarpPolicy.FullRow
+
+    def a_tile(a, e, m0, k):
+        if masked:
+            return a[e, m0:m0 + block_M, k * block_K:(k + 1) * block_K]
+        return a[m0:m0 + block_M, k * block_K:(k + 1) * block_K]
+
+    def b_tile(b, e, n0, k):
+        if layout == "dense":
+            return b[n0:n0 + block_N, k * block_K:(k + 1) * block_K]
+        return b[e, n0:n0 + block_N, k * block_K:(k + 1) * block_K]
+
+    @T.macro
+    def issue(a_s, b_s, s, r0, part):
+        T.wgmma_gemm(a_s[s, r0:r0 + half, :], b_s[s, :, :], part, transpose_B=True, policy=full_row,
+                     clear_accum=True)
+
+    @T.macro
+    def promote(acc, part, sa, sb):
+        for i, j in T.Parallel(half, block_N):
+            acc[i, j] += part[i, j] * (sa[i] * sb[0])
+
+    @T.macro
+    def scales(a_scale, b_scale, e, m0, n0, r0, k, sa, sb):
+        # block k's scales (k clamped to the last block), loaded a step before their promotion
+        kc = T.min(k, KB - 1)
+        for i in T.Parallel(half):
+            if masked:
+                sa[i] = a_scale[e, T.min(m0 + r0 + i, M - 1), kc]
+            else:
+                sa[i] = a_scale[T.min(m0 + r0 + i, M - 1), kc]
+        if layout == "dense":
+            sb[0] = b_scale[n0 // GROUP, kc]
+        else:
+            sb[0] = b_scale[e, n0 // GROUP, kc]
+
+    @T.macro
+    def one(a_scale, b_scale, e, m0, n0, r0, b, a_s, b_s, full, empty, cur, prev, sa_prev, sb_prev, acc, first):
+        # block b -> cur; then block b-1 (in prev, scales sa_prev/sb_prev) is retired and promoted
+        # while block b's chain runs, and prev's scale registers take block b+1's scales
+        T.mbarrier_wait_parity(full[b % stages], (b // stages) % 2)
+        issue(a_s, b_s, b % stages, r0, cur)
+        # not first: block b-1 done, block b may run on.  first: a run-time no-op (block b-1 was
+        # retired by the previous group's wait_group 0), but ptxas injects a full wait (C7517)
+        # when a WGMMA-written register is read after a WGMMA issue with no wait_group between
+        T.wait_wgmma(1)
+        T.warpgroup_fence_operand(prev, num_regs=nreg)
+        if not first:
+            T.barrier_arrive(empty[(b - 1) % stages])
+        promote(acc, prev, sa_prev, sb_prev)
+        scales(a_scale, b_scale, e, m0, n0, r0, b + 1, sa_prev, sb_prev)
+
+    @T.macro
+    def group(a_scale, b_scale, e, m0, n0, r0, b0, n, a_s, b_s, full, empty, part0, part1, sa0, sa1, sb0, sb1, acc):
+        # blocks b0 .. b0+n-1 (n = 2 or 4, b0 even: block b sits in part[b % 2]); on entry nothing
+        # is in flight and part1 holds block b0-1, retired but not promoted; the same on exit
+        one(a_scale, b_scale, e, m0, n0, r0, b0, a_s, b_s, full, empty, part0, part1, sa1, sb1, acc, True)
+        one(a_scale, b_scale, e, m0, n0, r0, b0 + 1, a_s, b_s, full, empty, part1, part0, sa0, sb0, acc, False)
+        if n == 4:
+            one(a_scale, b_scale, e, m0, n0, r0, b0 + 2, a_s, b_s, full, empty, part0, part1, sa1, sb1, acc, False)
+            one(a_scale, b_scale, e, m0, n0, r0, b0 + 3, a_s, b_s, full, empty, part1, part0, sa0, sb0, acc, False)
+        T.wait_wgmma(0)
+        T.warpgroup_fence_operand(part1, num_regs=nreg)
+        T.barrier_arrive(empty[(b0 + n - 1) % stages])
+
+    @T.macro
+    def store(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid):
+        if layout == "dense":
+            T.copy(acc, c_s)
+            T.fence_proxy_async()                                   # smem writes -> the TMA store
+            T.sync_threads(barrier_id=bar_id, arrive_count=128)     # this warpgroup only
+            T.copy(c_s, out[m0 + r0, n0])
+        elif valid > 0:
+            # uniform over the warpgroup: its 64 rows all below hi -> TMA, else masked stores
+            if m0 + r0 + half <= hi:
+                T.copy(acc, c_s)
+                T.fence_proxy_async()
+                T.sync_threads(barrier_id=bar_id, arrive_count=128)
+                if masked:
+                    T.copy(c_s, out[e, m0 + r0, n0])
+                else:
+                    T.copy(c_s, out[m0 + r0, n0])
+            else:
+                for i, j in T.Parallel(half, block_N):
+                    if m0 + r0 + i < hi and n0 + j < N:
+                        if masked:
+                            out[e, m0 + r0 + i, n0 + j] = T.cast(acc[i, j], "bfloat16")
+                        else:
+                            out[m0 + r0 + i, n0 + j] = T.cast(acc[i, j], "bfloat16")
+
+    @T.macro
+    def consumer(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, r0, bar_id, a_s, b_s, c_s, full, empty):
+        acc = T.alloc_fragment((half, block_N), "float32")
+        part0 = T.alloc_fragment((half, block_N), "float32")
+        part1 = T.alloc_fragment((half, block_N), "float32")
+        sa0 = T.alloc_fragment((half,), "float32")      # scales of the block in part0 (even)
+        sa1 = T.alloc_fragment((half,), "float32")      # ... in part1 (odd)
+        sb0 = T.alloc_local((1,), "float32")
+        sb1 = T.alloc_local((1,), "float32")
+        T.clear(acc)
+        # part1 and its scales start as zeros: the first group "promotes" block -1, acc += 0 * 0,
+        # which leaves acc (+0) bit for bit as it is, so no branch on the first block
+        T.clear(part1)
+        T.clear(sa1)
+        sb1[0] = 0.0
+        scales(a_scale, b_scale, e, m0, n0, r0, 0, sa0, sb0)
+        # Groups of `unroll` blocks; no WGMMA is in flight across the loop's back edge (ptxas
+        # serializes every wgmma in the kernel otherwise, C7514): a group ends with wait_group 0.
+        for q in T.serial(nk // unroll):
+            group(a_scale, b_scale, e, m0, n0, r0, q * unroll, unroll, a_s, b_s, full, empty,
+                  part0, part1, sa0, sa1, sb0, sb1, acc)
+        if unroll == 4:
+            if nk % 4 >= 2:
+                group(a_scale, b_scale, e, m0, n0, r0, nk // 4 * 4, 2, a_s, b_s, full, empty,
+                      part0, part1, sa0, sa1, sb0, sb1, acc)
+        if nk % 2 == 1:
+            # the odd last block nk-1 -> part0, its scales already in sa0/sb0
+            T.mbarrier_wait_parity(full[(nk - 1) % stages], ((nk - 1) // stages) % 2)
+            issue(a_s, b_s, (nk - 1) % stages, r0, part0)
+            T.wait_wgmma(1)                                      # no-op, for ptxas (see group)
+            T.warpgroup_fence_operand(part1, num_regs=nreg)
+            promote(acc, part1, sa1, sb1)                        # block nk-2 (or zeros)
+            T.wait_wgmma(0)
+            T.warpgroup_fence_operand(part0, num_regs=nreg)
+            promote(acc, part0, sa0, sb0)                        # block nk-1
+        else:
+            promote(acc, part1, sa1, sb1)                        # block nk-1 (or zeros)
+        store(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid)
+
+    @T.macro
+    def producer(a, b, e, nk, m0, n0, a_s, b_s, full, empty):
+        for k in T.serial(nk):
+            s = k % stages
+            T.mbarrier_wait_parity(empty[s], (k // stages + 1) % 2)
+            T.tma_copy(a_tile(a, e, m0, k), a_s[s, :, :], barrier=full[s])
+            T.tma_copy(b_tile(b, e, n0, k), b_s[s, :, :], barrier=full[s])
+            T.barrier_arrive(full[s])
+
+    @T.macro
+    def wg(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, c, a_s, b_s, c_s, full, empty):
+        # consumer c: rows 64 c of the tile, its own epilogue buffer and named barrier 1 + c
+        T.inc_max_nreg(consumer_regs)
+        consumer(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, c * half, 1 + c, a_s, b_s, c_s[c], full, empty)
+
+    @T.macro
+    def body(a, a_scale, b, b_scale, groups, out):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), E if masked else 1,
+                      threads=threads) as (bx, by, bz):
+            a_s = T.alloc_shared((stages, block_M, block_K), FP8)
+            b_s = T.alloc_shared((stages, block_N, block_K), FP8)
+            # one named buffer a consumer (from a list they were all "buffer", and which one got
+            # which shared-memory offset changed from build to build: cubins not reproducible)
+            c_s0 = T.alloc_shared((half, block_N), "bfloat16")
+            c_s1 = T.alloc_shared((half, block_N), "bfloat16") if consumers == 2 else None
+            c_s = (c_s0, c_s1)
+            full = T.alloc_barrier([128] * stages)
+            empty = T.alloc_barrier([128 * consumers] * stages)
+            T.use_swizzle(panel_size=panel)
+            m0, n0 = by * block_M, bx * block_N
+            if layout == "dense":
+                # (no name may be bound to a bare Var such as M here: the builder would rename it)
+                e, hi, valid, nk = 0, None, 1, KB
+            else:
+                e = T.alloc_var("int32")
+                hi = T.alloc_var("int32")
+                valid = T.alloc_var("int32")
+                expert_of(groups, m0, bz, e, hi, valid)
+                nk = KB * valid
+            T.sync_threads()
+            tx = T.get_thread_binding()
+            # one branch per warpgroup, so each consumer's fragments are laid out for its own 128
+            # threads (a 256-thread branch would split the 64-row tile over 8 warps)
+            if tx < 128:
+                T.dec_max_nreg(producer_regs)
+                producer(a, b, e, nk, m0, n0, a_s, b_s, full, empty)
+            elif consumers == 1:
+                wg(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, 0, a_s, b_s, c_s, full, empty)
+            elif tx < 256:
+                wg(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, 0, a_s, b_s, c_s, full, empty)
+            else:
+                wg(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, 1, a_s, b_s, c_s, full, empty)
+
+    return body

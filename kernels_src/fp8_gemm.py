@@ -135,14 +135,19 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
     return prim_func(T, body, M, N, K, splits)
 
 
-def prim_func(T, body, M, N, K, splits: int = 1):
-    """The op's kernel signature around `body(a, a_scale, b, b_scale, out, ws)` (ws None unsplit)."""
+def prim_func(T, body, M, N, K, splits: int = 1, sm_count=None):
+    """The op's kernel signature around `body(a, a_scale, b, b_scale, out, ws)` (ws None unsplit);
+    a persistent kernel also takes the SM count (`sm_count`, the SM_COUNT symbol)."""
     KB = T.ceildiv(K, GROUP)
     A, B = T.Tensor((M, K), FP8), T.Tensor((N, K), FP8)
     SA = T.StridedTensor((M, KB), (T.dynamic("sam"), T.dynamic("sak")), "float32")
     SB = T.Tensor((T.ceildiv(N, GROUP), KB), "float32")
     O, W = T.Tensor((M, N), "bfloat16"), T.Tensor((splits, M, N), "float32")
-    if splits > 1:
+    if sm_count is not None:
+        @T.prim_func
+        def fp8_gemm(a: A, a_scale: SA, b: B, b_scale: SB, out: O, SM_COUNT: sm_count):
+            body(a, a_scale, b, b_scale, out, None)
+    elif splits > 1:
         @T.prim_func
         def fp8_gemm(a: A, a_scale: SA, b: B, b_scale: SB, out: O, ws: W):
             body(a, a_scale, b, b_scale, out, ws)
@@ -153,18 +158,19 @@ def prim_func(T, body, M, N, K, splits: int = 1):
     return fp8_gemm
 
 
-def ws_kernel(**params):
+def ws_kernel(persistent: bool = False, **params):
     """The hand-written warp-specialized tile (kernels_src/fp8_ws.py), dense layout."""
     import tilelang.language as T
     from .fp8_ws import fp8_ws_body
 
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
-    ws_body = fp8_ws_body(T, "dense", M, N, K, None, **params)
+    sms = T.dynamic("SM_COUNT") if persistent else None
+    ws_body = fp8_ws_body(T, "dense", M, N, K, None, sm_count=sms, **params)
 
     @T.macro
     def body(a, a_scale, b, b_scale, out, ws):
         ws_body(a, a_scale, b, b_scale, None, out)
-    return prim_func(T, body, M, N, K)
+    return prim_func(T, body, M, N, K, sm_count=sms)
 
 
 def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "", mma: str = "wgmma", **params):
@@ -183,7 +189,8 @@ def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "
 # (name, tile params, rule, priority), as in kernels_src/gemm.py; measured on the H200 beside
 # torch._scaled_mm.  M > 128: the hand-written warp-specialized 128x128 tile (kernels_src/fp8_ws.py;
 # docs/sweeps/fp8_gemm_ws_pack.py: 8192^3 1146 TFLOP/s, 4096^3 1056, 512 x 8192^2 952, against
-# 1102 / 746 / 595 for the pipelined 192x128 tile with scale prefetch it replaced).  The 64-row
+# 1102 / 746 / 595 for the pipelined 192x128 tile with scale prefetch it replaced), persistent
+# (one CTA a SM: the next tile's loads run under this tile's epilogue; +7% at K = 2048).  The 64-row
 # tiles are memory-bound (prefetch gains nothing there).  128x256 spills (two fp32 tiles per
 # thread).  Decode M <= 16 swaps A and B (16 tokens on WGMMA's N side) with 16 stages of 64x128
 # weight tiles; split-K pays there for N <= 32 * SM_COUNT (few N tiles, long K).
@@ -193,7 +200,7 @@ CLASSES = (
     ("decode-16-split", dict(block_M=16, block_N=64, stages=16, threads=128, splits=2, swap_ab=True),
      "M <= 16 and 32 * N <= 1024 * SM_COUNT and K >= 2048", 60),
     ("decode-16", dict(block_M=16, block_N=64, stages=16, threads=128, splits=1, swap_ab=True), "M <= 16", 55),
-    ("ws-128", dict(mma="ws", block_M=128, stages=4, consumers=2, unroll=2, splits=1),
+    ("ws-128", dict(mma="ws", block_M=128, stages=4, consumers=2, unroll=2, persistent=True, panel=16, splits=1),
      "M > 128 and " + fills(128, 128), 20),
     ("mid-64", dict(block_M=64, block_N=128, stages=4, threads=128, splits=1), fills(64, 128), 10),
     ("small", dict(block_M=64, block_N=64, stages=8, threads=128, splits=1), None, 0),

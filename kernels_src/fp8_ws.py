@@ -67,6 +67,13 @@ Why it cannot deadlock / race:
     synchronization, c_s aliasing a ring slot another consumer still reads would race.
     tilelang's automatic __syncthreads placement is off (tl.disable_thread_storage_sync): it would
     deadlock in warpgroup-divergent code; the kernel places its own barriers.
+Persistent (`sm_count` given: the SM_COUNT kernel argument): min(tiles, SM_COUNT) CTAs, CTA c
+takes tiles c, c + grid, ... (panels of `panel` M tiles swept along N).  Producer and consumers
+walk the same tile list and count the K blocks done (g0), so the ring's slots and phases run on
+across tiles exactly as within one (the proofs above hold for the concatenated block sequence);
+the odd last block of a tile is released too (its slot is reused), and each epilogue starts with
+the warpgroup's named barrier, so no thread overwrites c_s before the previous tile's TMA store,
+waited by its issuing thread, has read it.
 Registers: a consumer thread holds acc 64 + two parts 128 fp32; 2 consumers at 240 + producer at
 24 is 2 * 128 * 240 + 128 * 24 = 64512 <= 65536.  (Three consumers with each block split into two
 64-column halves fit at 160 registers, but lost 4-37% to this tile; a 2-CTA cluster multicasting
@@ -80,13 +87,14 @@ PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memor
 
 def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4, consumers: int = 2,
                 panel: int = 10, producer_regs: int = 24, consumer_regs: int = 240, unroll: int = 2,
-                expert_of=None):
+                expert_of=None, sm_count=None):
     """The kernel body `body(a, a_scale, b, b_scale, groups, out)` (groups None when dense); the
     macro `expert_of(groups, m0, bz, e, hi, valid)` sets a grouped tile's expert, row limit and
     whether it has work (grouped_gemm.py)."""
     assert layout in ("dense", "contiguous", "masked") and (layout == "dense") == (expert_of is None)
     assert block_M == 64 * consumers and consumers in (1, 2)
     assert unroll in (2, 4)
+    persistent = sm_count is not None   # one CTA a SM looping over tiles (SM_COUNT, a kernel argument)
     assert stages >= 2, "a slot stays held by the WGMMA chain in flight (see the docstring)"
     assert 128 * (consumers * consumer_regs + producer_regs) <= 65536
     block_N = block_K = GROUP
@@ -131,37 +139,42 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
         else:
             sb[0] = b_scale[e, n0 // GROUP, kc]
 
+    # g0: the CTA's count of K blocks before this tile (persistent: the ring and its phases run on
+    # across tiles); block b of the tile uses ring entry g0 + b, and part[b % 2] (b local).
     @T.macro
-    def one(a_scale, b_scale, e, m0, n0, r0, b, a_s, b_s, full, empty, cur, prev, sa_prev, sb_prev, acc, first):
+    def one(a_scale, b_scale, e, m0, n0, r0, g0, b, a_s, b_s, full, empty, cur, prev, sa_prev, sb_prev, acc, first):
         # block b -> cur; then block b-1 (in prev, scales sa_prev/sb_prev) is retired and promoted
         # while block b's chain runs, and prev's scale registers take block b+1's scales
-        T.mbarrier_wait_parity(full[b % stages], (b // stages) % 2)
-        issue(a_s, b_s, b % stages, r0, cur)
+        T.mbarrier_wait_parity(full[(g0 + b) % stages], ((g0 + b) // stages) % 2)
+        issue(a_s, b_s, (g0 + b) % stages, r0, cur)
         # not first: block b-1 done, block b may run on.  first: a run-time no-op (block b-1 was
         # retired by the previous group's wait_group 0), but ptxas injects a full wait (C7517)
         # when a WGMMA-written register is read after a WGMMA issue with no wait_group between
         T.wait_wgmma(1)
         T.warpgroup_fence_operand(prev, num_regs=nreg)
         if not first:
-            T.barrier_arrive(empty[(b - 1) % stages])
+            T.barrier_arrive(empty[(g0 + b - 1) % stages])
         promote(acc, prev, sa_prev, sb_prev)
         scales(a_scale, b_scale, e, m0, n0, r0, b + 1, sa_prev, sb_prev)
 
     @T.macro
-    def group(a_scale, b_scale, e, m0, n0, r0, b0, n, a_s, b_s, full, empty, part0, part1, sa0, sa1, sb0, sb1, acc):
+    def group(a_scale, b_scale, e, m0, n0, r0, g0, b0, n, a_s, b_s, full, empty, fr):
         # blocks b0 .. b0+n-1 (n = 2 or 4, b0 even: block b sits in part[b % 2]); on entry nothing
         # is in flight and part1 holds block b0-1, retired but not promoted; the same on exit
-        one(a_scale, b_scale, e, m0, n0, r0, b0, a_s, b_s, full, empty, part0, part1, sa1, sb1, acc, True)
-        one(a_scale, b_scale, e, m0, n0, r0, b0 + 1, a_s, b_s, full, empty, part1, part0, sa0, sb0, acc, False)
+        acc, part0, part1, sa0, sa1, sb0, sb1 = fr
+        one(a_scale, b_scale, e, m0, n0, r0, g0, b0, a_s, b_s, full, empty, part0, part1, sa1, sb1, acc, True)
+        one(a_scale, b_scale, e, m0, n0, r0, g0, b0 + 1, a_s, b_s, full, empty, part1, part0, sa0, sb0, acc, False)
         if n == 4:
-            one(a_scale, b_scale, e, m0, n0, r0, b0 + 2, a_s, b_s, full, empty, part0, part1, sa1, sb1, acc, False)
-            one(a_scale, b_scale, e, m0, n0, r0, b0 + 3, a_s, b_s, full, empty, part1, part0, sa0, sb0, acc, False)
+            one(a_scale, b_scale, e, m0, n0, r0, g0, b0 + 2, a_s, b_s, full, empty, part0, part1, sa1, sb1, acc, False)
+            one(a_scale, b_scale, e, m0, n0, r0, g0, b0 + 3, a_s, b_s, full, empty, part1, part0, sa0, sb0, acc, False)
         T.wait_wgmma(0)
         T.warpgroup_fence_operand(part1, num_regs=nreg)
-        T.barrier_arrive(empty[(b0 + n - 1) % stages])
+        T.barrier_arrive(empty[(g0 + b0 + n - 1) % stages])
 
     @T.macro
     def store(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid):
+        if persistent:   # the previous tile's TMA store (waited by its issuing thread) has read c_s
+            T.sync_threads(barrier_id=bar_id, arrive_count=128)
         if layout == "dense":
             T.copy(acc, c_s)
             T.fence_proxy_async()                                   # smem writes -> the TMA store
@@ -186,14 +199,8 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
                             out[m0 + r0 + i, n0 + j] = T.cast(acc[i, j], "bfloat16")
 
     @T.macro
-    def consumer(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, r0, bar_id, a_s, b_s, c_s, full, empty):
-        acc = T.alloc_fragment((half, block_N), "float32")
-        part0 = T.alloc_fragment((half, block_N), "float32")
-        part1 = T.alloc_fragment((half, block_N), "float32")
-        sa0 = T.alloc_fragment((half,), "float32")      # scales of the block in part0 (even)
-        sa1 = T.alloc_fragment((half,), "float32")      # ... in part1 (odd)
-        sb0 = T.alloc_local((1,), "float32")
-        sb1 = T.alloc_local((1,), "float32")
+    def consumer(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, r0, g0, bar_id, a_s, b_s, c_s, full, empty, fr):
+        acc, part0, part1, sa0, sa1, sb0, sb1 = fr
         T.clear(acc)
         # part1 and its scales start as zeros: the first group "promotes" block -1, acc += 0 * 0,
         # which leaves acc (+0) bit for bit as it is, so no branch on the first block
@@ -204,43 +211,119 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
         # Groups of `unroll` blocks; no WGMMA is in flight across the loop's back edge (ptxas
         # serializes every wgmma in the kernel otherwise, C7514): a group ends with wait_group 0.
         for q in T.serial(nk // unroll):
-            group(a_scale, b_scale, e, m0, n0, r0, q * unroll, unroll, a_s, b_s, full, empty,
-                  part0, part1, sa0, sa1, sb0, sb1, acc)
+            group(a_scale, b_scale, e, m0, n0, r0, g0, q * unroll, unroll, a_s, b_s, full, empty, fr)
         if unroll == 4:
             if nk % 4 >= 2:
-                group(a_scale, b_scale, e, m0, n0, r0, nk // 4 * 4, 2, a_s, b_s, full, empty,
-                      part0, part1, sa0, sa1, sb0, sb1, acc)
+                group(a_scale, b_scale, e, m0, n0, r0, g0, nk // 4 * 4, 2, a_s, b_s, full, empty, fr)
         if nk % 2 == 1:
             # the odd last block nk-1 -> part0, its scales already in sa0/sb0
-            T.mbarrier_wait_parity(full[(nk - 1) % stages], ((nk - 1) // stages) % 2)
-            issue(a_s, b_s, (nk - 1) % stages, r0, part0)
+            T.mbarrier_wait_parity(full[(g0 + nk - 1) % stages], ((g0 + nk - 1) // stages) % 2)
+            issue(a_s, b_s, (g0 + nk - 1) % stages, r0, part0)
             T.wait_wgmma(1)                                      # no-op, for ptxas (see group)
             T.warpgroup_fence_operand(part1, num_regs=nreg)
             promote(acc, part1, sa1, sb1)                        # block nk-2 (or zeros)
             T.wait_wgmma(0)
             T.warpgroup_fence_operand(part0, num_regs=nreg)
+            if persistent:   # the producer reuses the slot for a later tile
+                T.barrier_arrive(empty[(g0 + nk - 1) % stages])
             promote(acc, part0, sa0, sb0)                        # block nk-1
         else:
             promote(acc, part1, sa1, sb1)                        # block nk-1 (or zeros)
         store(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid)
 
     @T.macro
-    def producer(a, b, e, nk, m0, n0, a_s, b_s, full, empty):
+    def producer(a, b, e, nk, m0, n0, g0, a_s, b_s, full, empty):
         for k in T.serial(nk):
-            s = k % stages
-            T.mbarrier_wait_parity(empty[s], (k // stages + 1) % 2)
+            s = (g0 + k) % stages
+            T.mbarrier_wait_parity(empty[s], ((g0 + k) // stages + 1) % 2)
             T.tma_copy(a_tile(a, e, m0, k), a_s[s, :, :], barrier=full[s])
             T.tma_copy(b_tile(b, e, n0, k), b_s[s, :, :], barrier=full[s])
             T.barrier_arrive(full[s])
+
+    def fragments():
+        return (T.alloc_fragment((half, block_N), "float32"),    # acc
+                T.alloc_fragment((half, block_N), "float32"),    # part0: even blocks
+                T.alloc_fragment((half, block_N), "float32"),    # part1: odd blocks
+                T.alloc_fragment((half,), "float32"),            # sa0: part0's a scales
+                T.alloc_fragment((half,), "float32"),            # sa1
+                T.alloc_local((1,), "float32"),                  # sb0: part0's b scale
+                T.alloc_local((1,), "float32"))                  # sb1
 
     @T.macro
     def wg(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, c, a_s, b_s, c_s, full, empty):
         # consumer c: rows 64 c of the tile, its own epilogue buffer and named barrier 1 + c
         T.inc_max_nreg(consumer_regs)
-        consumer(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, c * half, 1 + c, a_s, b_s, c_s[c], full, empty)
+        consumer(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, c * half, 0, 1 + c, a_s, b_s, c_s[c], full, empty,
+                 fragments())
 
     @T.macro
-    def body(a, a_scale, b, b_scale, groups, out):
+    def locate(groups, tile, m0: T.Ref, n0: T.Ref, e: T.Ref, hi: T.Ref, valid: T.Ref):
+        # persistent: tile index -> its origin (panels of `panel` M tiles swept along N, as
+        # T.use_swizzle does for a grid) and, grouped, its expert
+        ntn, ntm = T.ceildiv(N, block_N), T.ceildiv(M, block_M)
+        r = tile % (ntm * ntn)
+        p0 = r // (panel * ntn) * panel
+        rows = T.min(panel, ntm - p0)
+        q = r - p0 * ntn
+        m0 = (p0 + q % rows) * block_M
+        n0 = q // rows * block_N
+        if layout != "dense":
+            expert_of(groups, m0, tile // (ntm * ntn), e, hi, valid)
+
+    @T.macro
+    def consumer_loop(a_scale, b_scale, groups, out, bx, grid, ntiles, c, m0: T.Ref, n0: T.Ref, e: T.Ref,
+                      hi: T.Ref, valid: T.Ref, g0: T.Ref, a_s, b_s, c_s, full, empty):
+        # consumer c of a persistent CTA: its fragments live across the tiles
+        T.inc_max_nreg(consumer_regs)
+        fr = fragments()
+        for t in T.serial(T.ceildiv(ntiles - bx, grid)):
+            locate(groups, bx + t * grid, m0, n0, e, hi, valid)
+            consumer(a_scale, b_scale, out, e, hi, valid, KB * valid, m0, n0, c * half, g0, 1 + c, a_s, b_s, c_s[c],
+                     full, empty, fr)
+            g0 = g0 + KB * valid
+
+    @T.macro
+    def persistent_body(a, a_scale, b, b_scale, groups, out):
+        ntiles = T.ceildiv(N, block_N) * T.ceildiv(M, block_M) * (E if masked else 1)
+        with T.Kernel(T.max(T.min(ntiles, sm_count), 1), threads=threads) as bx:
+            a_s = T.alloc_shared((stages, block_M, block_K), FP8)
+            b_s = T.alloc_shared((stages, block_N, block_K), FP8)
+            c_s0 = T.alloc_shared((half, block_N), "bfloat16")
+            c_s1 = T.alloc_shared((half, block_N), "bfloat16") if consumers == 2 else None
+            c_s = (c_s0, c_s1)
+            full = T.alloc_barrier([128] * stages)
+            empty = T.alloc_barrier([128 * consumers] * stages)
+            m0 = T.alloc_var("int32")
+            n0 = T.alloc_var("int32")
+            e = T.alloc_var("int32")
+            hi = T.alloc_var("int32")
+            valid = T.alloc_var("int32")
+            g0 = T.alloc_var("int32")
+            grid = T.max(T.min(ntiles, sm_count), 1)
+            T.sync_threads()
+            tx = T.get_thread_binding()
+            e = 0
+            hi = 0
+            valid = 1
+            g0 = 0
+            if tx < 128:
+                T.dec_max_nreg(producer_regs)
+                for t in T.serial(T.ceildiv(ntiles - bx, grid)):
+                    locate(groups, bx + t * grid, m0, n0, e, hi, valid)
+                    producer(a, b, e, KB * valid, m0, n0, g0, a_s, b_s, full, empty)
+                    g0 = g0 + KB * valid
+            elif consumers == 1:
+                consumer_loop(a_scale, b_scale, groups, out, bx, grid, ntiles, 0, m0, n0, e, hi, valid, g0,
+                              a_s, b_s, c_s, full, empty)
+            elif tx < 256:
+                consumer_loop(a_scale, b_scale, groups, out, bx, grid, ntiles, 0, m0, n0, e, hi, valid, g0,
+                              a_s, b_s, c_s, full, empty)
+            else:
+                consumer_loop(a_scale, b_scale, groups, out, bx, grid, ntiles, 1, m0, n0, e, hi, valid, g0,
+                              a_s, b_s, c_s, full, empty)
+
+    @T.macro
+    def grid_body(a, a_scale, b, b_scale, groups, out):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), E if masked else 1,
                       threads=threads) as (bx, by, bz):
             a_s = T.alloc_shared((stages, block_M, block_K), FP8)
@@ -269,7 +352,7 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             # threads (a 256-thread branch would split the 64-row tile over 8 warps)
             if tx < 128:
                 T.dec_max_nreg(producer_regs)
-                producer(a, b, e, nk, m0, n0, a_s, b_s, full, empty)
+                producer(a, b, e, nk, m0, n0, 0, a_s, b_s, full, empty)
             elif consumers == 1:
                 wg(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, 0, a_s, b_s, c_s, full, empty)
             elif tx < 256:
@@ -277,4 +360,4 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             else:
                 wg(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, 1, a_s, b_s, c_s, full, empty)
 
-    return body
+    return persistent_body if persistent else grid_body

@@ -62,15 +62,16 @@ def expert_macro(T, contiguous: bool, M, E):
     return expert_of
 
 
-def ws_kernel(layout: str, **params):
+def ws_kernel(layout: str, persistent: bool = False, **params):
     """FP8 grouped GEMM on the hand-written warp-specialized tile (kernels_src/fp8_ws.py)."""
     import tilelang.language as T
     from .fp8_ws import fp8_ws_body
 
     M, N, K, E = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E")
     contiguous = layout == "contiguous"
-    body = fp8_ws_body(T, layout, M, N, K, E, expert_of=expert_macro(T, contiguous, M, E), **params)
-    return prim_func(T, body, contiguous, M, N, K, E, FP8, "bfloat16", True)
+    sms = T.dynamic("SM_COUNT") if persistent else None
+    body = fp8_ws_body(T, layout, M, N, K, E, expert_of=expert_macro(T, contiguous, M, E), sm_count=sms, **params)
+    return prim_func(T, body, contiguous, M, N, K, E, FP8, "bfloat16", True, sm_count=sms)
 
 
 def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: int, threads: int,
@@ -173,8 +174,9 @@ def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: i
     return prim_func(T, body, contiguous, M, N, K, E, in_dt, out_dt, fp8)
 
 
-def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: str, fp8: bool):
-    """The op's kernel signature around `body(a, a_scale, b, b_scale, groups, out)` (no scales: None)."""
+def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: str, fp8: bool, sm_count=None):
+    """The op's kernel signature around `body(a, a_scale, b, b_scale, groups, out)` (no scales: None);
+    a persistent FP8 kernel also takes the SM count (`sm_count`, the SM_COUNT symbol)."""
     KB = T.ceildiv(K, GROUP)
     if contiguous:
         A, O, G = T.Tensor((M, K), in_dtype), T.Tensor((M, N), out_dtype), T.Tensor((E + 1,), "int32")
@@ -184,6 +186,16 @@ def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: s
         SA = T.StridedTensor((E, M, KB), (T.dynamic("sae"), T.dynamic("sam"), T.dynamic("sak")), "float32")
     B = T.Tensor((E, N, K), in_dtype)
     SB = T.Tensor((E, T.ceildiv(N, GROUP), KB), "float32")
+    if fp8 and sm_count is not None and contiguous:
+        @T.prim_func
+        def fp8_grouped_gemm(a: A, a_scale: SA, b: B, b_scale: SB, group_offsets: G, out: O, SM_COUNT: sm_count):
+            body(a, a_scale, b, b_scale, group_offsets, out)
+        return fp8_grouped_gemm
+    if fp8 and sm_count is not None:
+        @T.prim_func
+        def fp8_grouped_gemm_masked(a: A, a_scale: SA, b: B, b_scale: SB, counts: G, out: O, SM_COUNT: sm_count):
+            body(a, a_scale, b, b_scale, counts, out)
+        return fp8_grouped_gemm_masked
     if fp8 and contiguous:
         @T.prim_func
         def fp8_grouped_gemm(a: A, a_scale: SA, b: B, b_scale: SB, group_offsets: G, out: O):

@@ -1,8 +1,8 @@
 """Sweep pack: the warp-specialized FP8 tile (kernels_src/fp8_ws.py) beside the pipelined tiles it
 replaced.  cfg 0 = the shipped tile (the reference every cfg is checked against bit for bit),
-cfg 1.. = candidates (here: the pipelined 192x128 / 128x128 tiles with scale prefetch, and the
-WS tile with groups of 4 blocks).  (A 2-CTA cluster multicasting A was tried with this pack and
-dropped: docs/gemm-tuning.md.)  Build:
+cfg 1.. = candidates (here: persistent CTAs, one a SM, looping over tiles so the producer loads
+the next tile's blocks under this tile's epilogue).  (Earlier rounds with this pack: the pipelined
+tiles, groups of 4 blocks, a 2-CTA cluster multicasting A: docs/gemm-tuning.md.)  Build:
   .venv/bin/python -m build_tools build --src docs/sweeps/fp8_gemm_ws_pack.py --namespace sw --arch sm_90a \
       --out .ab/fp8ws/pack --cache /tmp/wscache
 Run (cwd outside the repo): `TKREG_PACKS=pack python3 docs/sweeps/fp8_gemm_r2_run.py OUT.json`
@@ -14,11 +14,11 @@ from fp8_gemm_r2 import CFG, F, G, _S
 from tkreg.spec import OpSpec, Variant
 
 WS = dict(F.CLASSES[[c[0] for c in F.CLASSES].index("ws-128")][1])
-PIPELINED = [dict(block_M=192, block_N=128, stages=4, threads=384, splits=1, prefetch=2),
-             dict(block_M=128, block_N=128, stages=4, threads=256, splits=1, prefetch=2)]
-DENSE = [WS] + PIPELINED + [dict(WS, unroll=4)]
+P = dict(WS, persistent=True)
+DENSE = [WS, P, dict(P, stages=5), dict(P, panel=16), dict(P, unroll=4)]
 GWS = dict(G.FP8_WS, fp8=True)
-GROUPED = {"contiguous": [GWS, dict(G.FP8_MID, fp8=True)], "masked": [GWS, dict(G.FP8_MID, fp8=True)]}
+GP = dict(GWS, persistent=True)
+GROUPED = {"contiguous": [GWS, GP, dict(GP, stages=5)], "masked": [GWS, GP]}
 
 def _op(name, factory, cfgs, base=None):
     spec = _S[f"tkreg.{name}"]

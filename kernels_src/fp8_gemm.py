@@ -9,7 +9,8 @@ are fp32 values like any other.  b_scale[ceil(N/128), ceil(K/128)] fp32 (128x128
 Each 128-wide K block is one WGMMA chain into a fresh fp32 fragment, promoted into the running
 fp32 accumulator with both scales (the "2xAcc" scheme: WGMMA's fp8 accumulator keeps ~14 bits,
 so accumulating all of K in it loses accuracy).  bf16 out.  K % 16 == 0 and N % 8 == 0 (TMA rows).
-Shape classes as for bf16 (kernels_src/gemm.py): large/mid tiles; decode M <= 16 swap-AB, with
+Shape classes as for bf16 (kernels_src/gemm.py): M > 128 on a persistent hand-written warp-
+specialized 128x128 tile (kernels_src/fp8_ws.py), 64-row tiles below; decode M <= 16 swap-AB, with
 split-K (fp32 partials summed in split order by a second kernel: deterministic) when N is small.
 sm_100a: one tcgen05 kernel (kernels_src/gemm_sm100.py), compiled and SASS-checked only.
 """

@@ -286,6 +286,8 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
     def persistent_body(a, a_scale, b, b_scale, groups, out):
         ntiles = T.ceildiv(N, block_N) * T.ceildiv(M, block_M) * (E if masked else 1)
         with T.Kernel(T.max(T.min(ntiles, sm_count), 1), threads=threads) as bx:
+            # the same buffers as grid_body's, allocated here by name (a helper returning them
+            # would leave them unnamed: see grid_body)
             a_s = T.alloc_shared((stages, block_M, block_K), FP8)
             b_s = T.alloc_shared((stages, block_N, block_K), FP8)
             c_s0 = T.alloc_shared((half, block_N), "bfloat16")

@@ -26,10 +26,11 @@ index out with int32 (variant rule: out's element count < 2^31).
 
 Tiles follow kernels_src/gemm.py / fp8_gemm.py (TMA loads, T.Pipelined K loop warp-specialized by
 tilelang, WGMMA): bf16 128x256x64 (4 stages) where the grid covers the SMs, else 128x128x128;
-masked with Mmax <= 64: 64x128.  FP8: 128x128 (the dense 192-row tile would straddle experts);
-Mmax <= 64: 64x128.  sm_100a: bf16/fp16 on tcgen05 (kernels_src/grouped_gemm_sm100.py, 128-row
-tiles); FP8 runs this Hopper kernel there (T.gemm lowers to mma.sync: slow).  Compiled and
-SASS-checked, never run.
+masked with Mmax <= 64: 64x128.  FP8 on sm_90a: 128x128 on the hand-written warp-specialized
+tile (kernels_src/fp8_ws.py, which promotes block k under block k+1's WGMMAs; the tile finds its
+expert with `expert_macro` like these kernels); Mmax <= 64: 64x128 here.  sm_100a: bf16/fp16 on
+tcgen05 (kernels_src/grouped_gemm_sm100.py, 128-row tiles); FP8 runs this pipelined Hopper kernel
+there (128x128; T.gemm lowers to mma.sync: slow).  Compiled and SASS-checked, never run.
 """
 from tkreg.spec import OpSpec, Tensor, Variant
 

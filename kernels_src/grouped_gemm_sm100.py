@@ -6,20 +6,20 @@ kernels_src/grouped_gemm.py's.  Compiled and SASS-checked for tcgen05, never run
 The FP8 grouped GEMMs keep the Hopper kernel on sm_100a (mma.sync).
 """
 from .gemm_sm100 import EPI_N
-from .grouped_gemm import LOG_E
 
 
 def grouped_tcgen05_kernel(layout: str, block_M: int, block_N: int, block_K: int, stages: int,
                            threads: int, dtype: str = "bfloat16"):
     import tilelang.language as T
 
-    from .grouped_gemm import prim_func
+    from .grouped_gemm import expert_macro, prim_func
 
     assert block_M == 128 and threads in (128, 256)   # one TMEM lane per row
     assert block_N % EPI_N == 0 and block_N <= 256
     contiguous = layout == "contiguous"
     M, N, K, E = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E")
     k_iters = T.ceildiv(K, block_K)
+    expert_of = expert_macro(T, contiguous, M, E)
 
     @T.macro
     def body(a, a_scale, b, b_scale, groups, out):
@@ -39,18 +39,7 @@ def grouped_tcgen05_kernel(layout: str, block_M: int, block_N: int, block_K: int
             tx = T.get_thread_binding()
             T.use_swizzle(8)
             m0, n0 = bx * block_M, by * block_N
-            if contiguous:
-                e = 0
-                for bit in T.unroll(LOG_E):
-                    if e + (1 << (LOG_E - 1 - bit)) <= E:
-                        if groups[e + (1 << (LOG_E - 1 - bit))] <= m0:
-                            e = e + (1 << (LOG_E - 1 - bit))
-                valid = T.if_then_else(T.And(e < E, groups[0] <= m0), 1, 0)
-                hi = groups[T.min(e + 1, E)]
-            else:
-                e = bz
-                hi = T.max(T.min(groups[bz], M), 0)
-                valid = T.if_then_else(m0 < hi, 1, 0)
+            expert_of(groups, m0, bz, e, hi, valid)
 
             if tx < 32:  # warp 0: TMA producer
                 for k in T.serial(k_iters * valid):

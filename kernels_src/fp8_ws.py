@@ -87,19 +87,24 @@ PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memor
 
 def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4, consumers: int = 2,
                 panel: int = 10, producer_regs: int = 24, consumer_regs: int = 240, unroll: int = 2,
-                expert_of=None, sm_count=None):
+                expert_of=None, sm_count=None, swap_ab: bool = False, block_tok: int = 16):
     """The kernel body `body(a, a_scale, b, b_scale, groups, out)` (groups None when dense); the
     macro `expert_of(groups, m0, bz, e, hi, valid)` sets a grouped tile's expert, row limit and
-    whether it has work (grouped_gemm.py)."""
+    whether it has work (grouped_gemm.py).  swap_ab (dense decode): the consumers' 64-row WGMMA
+    side is weight rows (block_M of them), the tokens (block_tok) its N side, as in
+    kernels_src/fp8_gemm.py's swap-AB tiles; producer_regs 0: no register rebalancing."""
     assert layout in ("dense", "contiguous", "masked") and (layout == "dense") == (expert_of is None)
     assert block_M == 64 * consumers and consumers in (1, 2)
     assert unroll in (2, 4)
     persistent = sm_count is not None   # one CTA a SM looping over tiles (SM_COUNT, a kernel argument)
     assert stages >= 2, "a slot stays held by the WGMMA chain in flight (see the docstring)"
-    assert 128 * (consumers * consumer_regs + producer_regs) <= 65536
+    assert not producer_regs or 128 * (consumers * consumer_regs + producer_regs) <= 65536
+    assert not swap_ab or (layout == "dense" and not persistent and block_tok % 8 == 0)
     block_N = block_K = GROUP
     half = 64
-    nreg = half * block_N // 128
+    # A tile rows (tokens), B tile rows (weights), columns of a consumer's part / acc
+    rows_a, rows_b, cols = (block_tok, block_M, block_tok) if swap_ab else (block_M, block_N, block_N)
+    nreg = half * cols // 128
     threads = 128 * (consumers + 1)
     masked = layout == "masked"
     KB = T.ceildiv(K, GROUP)
@@ -107,28 +112,34 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
 
     def a_tile(a, e, m0, k):
         if masked:
-            return a[e, m0:m0 + block_M, k * block_K:(k + 1) * block_K]
-        return a[m0:m0 + block_M, k * block_K:(k + 1) * block_K]
+            return a[e, m0:m0 + rows_a, k * block_K:(k + 1) * block_K]
+        return a[m0:m0 + rows_a, k * block_K:(k + 1) * block_K]
 
     def b_tile(b, e, n0, k):
         if layout == "dense":
-            return b[n0:n0 + block_N, k * block_K:(k + 1) * block_K]
-        return b[e, n0:n0 + block_N, k * block_K:(k + 1) * block_K]
+            return b[n0:n0 + rows_b, k * block_K:(k + 1) * block_K]
+        return b[e, n0:n0 + rows_b, k * block_K:(k + 1) * block_K]
 
     @T.macro
     def issue(a_s, b_s, s, r0, part):
-        T.wgmma_gemm(a_s[s, r0:r0 + half, :], b_s[s, :, :], part, transpose_B=True, policy=full_row,
-                     clear_accum=True)
+        if swap_ab:
+            T.wgmma_gemm(b_s[s, r0:r0 + half, :], a_s[s, :, :], part, transpose_B=True, policy=full_row,
+                         clear_accum=True)
+        else:
+            T.wgmma_gemm(a_s[s, r0:r0 + half, :], b_s[s, :, :], part, transpose_B=True, policy=full_row,
+                         clear_accum=True)
 
     @T.macro
     def promote(acc, part, sa, sb):
-        for i, j in T.Parallel(half, block_N):
-            acc[i, j] += part[i, j] * (sa[i] * sb[0])
+        if swap_ab:   # part[weight row, token]: the token's scale varies along the columns
+            for i, j in T.Parallel(half, cols):
+                acc[i, j] += part[i, j] * (sa[j] * sb[0])
+        else:
+            for i, j in T.Parallel(half, block_N):
+                acc[i, j] += part[i, j] * (sa[i] * sb[0])
 
     @T.macro
-    def scales(a_scale, b_scale, e, m0, n0, r0, k, sa, sb):
-        # block k's scales (k clamped to the last block), loaded a step before their promotion
-        kc = T.min(k, KB - 1)
+    def scales_rows(a_scale, b_scale, e, m0, n0, r0, kc, sa, sb):
         for i in T.Parallel(half):
             if masked:
                 sa[i] = a_scale[e, T.min(m0 + r0 + i, M - 1), kc]
@@ -138,6 +149,17 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             sb[0] = b_scale[n0 // GROUP, kc]
         else:
             sb[0] = b_scale[e, n0 // GROUP, kc]
+
+    @T.macro
+    def scales(a_scale, b_scale, e, m0, n0, r0, k, sa, sb):
+        # block k's scales (k clamped to the last block), loaded a step before their promotion
+        kc = T.min(k, KB - 1)
+        if swap_ab:   # the tile's tokens m0.. and the weight block of rows n0 + r0 ..
+            for j in T.Parallel(cols):
+                sa[j] = a_scale[T.min(m0 + j, M - 1), kc]
+            sb[0] = b_scale[(n0 + r0) // GROUP, kc]
+        else:
+            scales_rows(a_scale, b_scale, e, m0, n0, r0, kc, sa, sb)
 
     # g0: the CTA's count of K blocks before this tile (persistent: the ring and its phases run on
     # across tiles); block b of the tile uses ring entry g0 + b, and part[b % 2] (b local).
@@ -172,7 +194,7 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
         T.barrier_arrive(empty[(g0 + b0 + n - 1) % stages])
 
     @T.macro
-    def store(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid):
+    def store_tile(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid):
         if persistent:   # the previous tile's TMA store (waited by its issuing thread) has read c_s
             T.sync_threads(barrier_id=bar_id, arrive_count=128)
         if layout == "dense":
@@ -197,6 +219,15 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
                             out[e, m0 + r0 + i, n0 + j] = T.cast(acc[i, j], "bfloat16")
                         else:
                             out[m0 + r0 + i, n0 + j] = T.cast(acc[i, j], "bfloat16")
+
+    @T.macro
+    def store(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid):
+        if swap_ab:   # acc[weight row, token] -> out[token, weight row], element by element
+            for i, j in T.Parallel(half, cols):
+                if m0 + j < M and n0 + r0 + i < N:
+                    out[m0 + j, n0 + r0 + i] = T.cast(acc[i, j], "bfloat16")
+        else:
+            store_tile(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid)
 
     @T.macro
     def consumer(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, r0, g0, bar_id, a_s, b_s, c_s, full, empty, fr):
@@ -241,18 +272,19 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             T.barrier_arrive(full[s])
 
     def fragments():
-        return (T.alloc_fragment((half, block_N), "float32"),    # acc
-                T.alloc_fragment((half, block_N), "float32"),    # part0: even blocks
-                T.alloc_fragment((half, block_N), "float32"),    # part1: odd blocks
-                T.alloc_fragment((half,), "float32"),            # sa0: part0's a scales
-                T.alloc_fragment((half,), "float32"),            # sa1
+        return (T.alloc_fragment((half, cols), "float32"),       # acc
+                T.alloc_fragment((half, cols), "float32"),       # part0: even blocks
+                T.alloc_fragment((half, cols), "float32"),       # part1: odd blocks
+                T.alloc_fragment((cols if swap_ab else half,), "float32"),   # sa0: part0's a scales
+                T.alloc_fragment((cols if swap_ab else half,), "float32"),   # sa1
                 T.alloc_local((1,), "float32"),                  # sb0: part0's b scale
                 T.alloc_local((1,), "float32"))                  # sb1
 
     @T.macro
     def wg(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, c, a_s, b_s, c_s, full, empty):
         # consumer c: rows 64 c of the tile, its own epilogue buffer and named barrier 1 + c
-        T.inc_max_nreg(consumer_regs)
+        if producer_regs:
+            T.inc_max_nreg(consumer_regs)
         consumer(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, c * half, 0, 1 + c, a_s, b_s, c_s[c], full, empty,
                  fragments())
 
@@ -274,7 +306,8 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
     def consumer_loop(a_scale, b_scale, groups, out, bx, grid, ntiles, c, m0: T.Ref, n0: T.Ref, e: T.Ref,
                       hi: T.Ref, valid: T.Ref, g0: T.Ref, a_s, b_s, c_s, full, empty):
         # consumer c of a persistent CTA: its fragments live across the tiles
-        T.inc_max_nreg(consumer_regs)
+        if producer_regs:
+            T.inc_max_nreg(consumer_regs)
         fr = fragments()
         for t in T.serial(T.ceildiv(ntiles - bx, grid)):
             locate(groups, bx + t * grid, m0, n0, e, hi, valid)
@@ -309,7 +342,8 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             valid = 1
             g0 = 0
             if tx < 128:
-                T.dec_max_nreg(producer_regs)
+                if producer_regs:
+                    T.dec_max_nreg(producer_regs)
                 for t in T.serial(T.ceildiv(ntiles - bx, grid)):
                     locate(groups, bx + t * grid, m0, n0, e, hi, valid)
                     producer(a, b, e, KB * valid, m0, n0, g0, a_s, b_s, full, empty)
@@ -326,19 +360,20 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
 
     @T.macro
     def grid_body(a, a_scale, b, b_scale, groups, out):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), E if masked else 1,
+        with T.Kernel(T.ceildiv(N, rows_b), T.ceildiv(M, rows_a), E if masked else 1,
                       threads=threads) as (bx, by, bz):
-            a_s = T.alloc_shared((stages, block_M, block_K), FP8)
-            b_s = T.alloc_shared((stages, block_N, block_K), FP8)
+            a_s = T.alloc_shared((stages, rows_a, block_K), FP8)
+            b_s = T.alloc_shared((stages, rows_b, block_K), FP8)
             # one named buffer a consumer (from a list they were all "buffer", and which one got
-            # which shared-memory offset changed from build to build: cubins not reproducible)
-            c_s0 = T.alloc_shared((half, block_N), "bfloat16")
-            c_s1 = T.alloc_shared((half, block_N), "bfloat16") if consumers == 2 else None
+            # which shared-memory offset changed from build to build: cubins not reproducible);
+            # swap_ab stores element by element
+            c_s0 = None if swap_ab else T.alloc_shared((half, block_N), "bfloat16")
+            c_s1 = T.alloc_shared((half, block_N), "bfloat16") if consumers == 2 and not swap_ab else None
             c_s = (c_s0, c_s1)
             full = T.alloc_barrier([128] * stages)
             empty = T.alloc_barrier([128 * consumers] * stages)
             T.use_swizzle(panel_size=panel)
-            m0, n0 = by * block_M, bx * block_N
+            m0, n0 = by * rows_a, bx * rows_b
             if layout == "dense":
                 # (no name may be bound to a bare Var such as M here: the builder would rename it)
                 e, hi, valid, nk = 0, None, 1, KB
@@ -353,7 +388,8 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             # one branch per warpgroup, so each consumer's fragments are laid out for its own 128
             # threads (a 256-thread branch would split the 64-row tile over 8 warps)
             if tx < 128:
-                T.dec_max_nreg(producer_regs)
+                if producer_regs:
+                    T.dec_max_nreg(producer_regs)
                 producer(a, b, e, nk, m0, n0, 0, a_s, b_s, full, empty)
             elif consumers == 1:
                 wg(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, 0, a_s, b_s, c_s, full, empty)

@@ -21,8 +21,10 @@ def test_family_is_registered_for_both_archs():
     for name in ALL_OPS:
         assert have[f"tkreg.{name}"]["archs"] == ["sm_100a", "sm_90a"], name
         for arch, keys in have[f"tkreg.{name}"]["variants"].items():
-            # group ops and dequants: a column-blocks-first kernel plus its any-M fallback
-            want = {"per_block_quant_fp8": 2, "per_token_group_dequant": 2, "per_block_dequant": 2}.get(name, 4)
+            # group ops and dequants: a column-blocks-first kernel plus its any-M fallback (per
+            # dtype); SwiGLU with row scales also a variant for M < 4096
+            want = {"per_block_quant_fp8": 2, "per_token_group_dequant": 2, "per_block_dequant": 2,
+                    "silu_and_mul_quant_fp8": 6}.get(name, 4)
             assert len(keys) == want, (name, arch, keys)
 
 
@@ -30,13 +32,16 @@ def test_family_is_registered_for_both_archs():
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("dt", [BF16, FP16])
 @pytest.mark.parametrize("k", [2048, 4096, 5120, 7168, 8192])
+@pytest.mark.parametrize("m", [5, 4096])
 @pytest.mark.parametrize("name", GROUP_OPS)
-def test_group_ops_pick_the_dtype_variant(name, k, dt, arch):
-    e = tkreg.explain(name, torch.empty(5, k, dtype=dt), arch=arch)
+def test_group_ops_pick_the_dtype_variant(name, m, k, dt, arch):
+    e = tkreg.explain(name, torch.empty(m, k, dtype=dt), arch=arch)
     layout = "col" if name.endswith("colmajor") else "row"
     silu = int(name.startswith("silu"))
     cta = ",min_blocks=4" if layout == "col" else ""   # col: 8-row CTAs (full scale sectors)
     want = f"dtype={str(dt)[6:]},layout={layout}{cta},silu={silu}" + (",threads=256" if cta else "")
+    if silu and layout == "row" and m < 4096:   # one group pair a warp below 4096 tokens
+        want += ",unroll=1"
     assert e.chosen == want, str(e)
     assert sum(c for _, c, _ in e.rows) == 1
 

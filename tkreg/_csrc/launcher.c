@@ -45,8 +45,7 @@ static struct {
 /* ---- driver ------------------------------------------------------------------------------ */
 /* A copy of bytes Python packed, `size` long (-1: any); into dst, or allocated when NULL. */
 static void *take(PyObject *b, Py_ssize_t size, void *dst) {
-    char *s;
-    Py_ssize_t n;
+    char *s; Py_ssize_t n;
     if (PyBytes_AsStringAndSize(b, &s, &n) < 0) return NULL;
     if (size >= 0 && n != size) return PyErr_Format(g_PackError, "a plan struct of %zd bytes, expected %zd", n, size), NULL;
     if (!dst && !(dst = PyMem_Malloc(n + 1))) return PyErr_NoMemory(), NULL;
@@ -75,8 +74,7 @@ static int cuda_load(void) {
 
 /* Make cuda:dev's primary context current; *prev gets what was current, which launch restores. */
 static int ctx_enter(int dev, CUcontext *prev, PyObject *op) {
-    CUresult r;
-    CUdevice d;
+    CUresult r; CUdevice d;
     if (!g_ctx[dev] && ((r = cu.cuDeviceGet(&d, dev)) || (r = cu.cuDevicePrimaryCtxRetain(&g_ctx[dev], d))))
         return cu_fail(r, op, NULL, "opening the device's primary context");
     if ((r = cu.cuCtxGetCurrent(prev))) return cu_fail(r, op, NULL, "cuCtxGetCurrent");
@@ -91,8 +89,7 @@ static int64_t floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b
  * overflow).  assemble.py checked the program, so the stack and the slots are in range. */
 static int prog_eval(const int64_t *base, Prog p, const int64_t *env, const char *bound, int64_t *out) {
     const int64_t *code = base + p.off;
-    int64_t st[STACK], a, b, r = 0;
-    int sp = 0;
+    int64_t st[STACK], a, b, r = 0; int sp = 0;
     for (int i = 0; i < p.n; i++) {
         int64_t op = code[i];
         if (op == OP_CONST || op == OP_SYM) {
@@ -145,15 +142,13 @@ static void Variant_dealloc(PyObject *self) {
 
 /* Variant(key, VariantPlan, Kernels, code: bytes, kernel names: tuple[str], loader: callable -> cubin bytes) */
 static PyObject *Variant_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
-    PyObject *key, *plan, *kern, *code, *names, *loader;
-    Variant *v;
+    PyObject *key, *plan, *kern, *code, *names, *loader; Variant *v;
     if (!PyArg_ParseTuple(args, "UO!O!O!O!O:Variant", &key, &PyBytes_Type, &plan, &PyBytes_Type, &kern, &PyBytes_Type, &code,
                           &PyTuple_Type, &names, &loader) || !(v = (Variant *)tp_alloc(tp))) return NULL;
     v->key = Py_NewRef(key), v->names = Py_NewRef(names), v->loader = Py_NewRef(loader);
     if (take(plan, sizeof(VariantPlan), &v->p) && (v->kern = take(kern, v->p.nkern * (Py_ssize_t)sizeof(Kernel), NULL)) &&
         (v->code = take(code, -1, NULL))) return (PyObject *)v;
-    Py_DECREF(v);
-    return NULL;
+    return Py_DECREF(v), NULL;
 }
 
 static PyType_Slot Variant_slots[] = {
@@ -164,9 +159,7 @@ static PyType_Spec Variant_spec = {"tkreg._launcher.Variant", sizeof(Variant), 0
 /* The kernel's parameters as the cubin declares them (count, sizes) must be the plan's.  Each
  * gets its place in the launch buffer here (CUtensorMaps 64-byte aligned, as the encoder needs). */
 static int check_params(Variant *v, Kernel *K, CUfunction f, const char *kname, PyObject *op) {
-    size_t off, size, want = 0;
-    int n = 0, end = 0;
-    CUresult r;
+    size_t off, size, want = 0; int n = 0, end = 0; CUresult r;
     for (; (r = cu.cuFuncGetParamInfo(f, n, &off, &size)) == CUDA_SUCCESS; n++) {
         Param *P = &K->p[n < K->np ? n : 0];
         want = P->kind == P_PTR ? 8 : P->kind == P_TMA ? sizeof(CUtensorMap) : (size_t)TYPE_SIZE[P->type];
@@ -210,15 +203,19 @@ undo:
 }
 
 /* ---- Op ----------------------------------------------------------------------------------- */
+/* A tensor argument's facts; from dtype on, as tkreg.native.describe packs them (int64 words). */
+typedef struct { PyObject *obj; int64_t dtype, rank, dev, contiguous, shape[MAXRANK], stride[MAXRANK], ptr; } TArg;
+#define FACTS(a) ((char *)&(a)->dtype)
+enum { NFACTS = sizeof(TArg) - offsetof(TArg, dtype) };
+typedef union { int32_t i32; int64_t i64; float f32; double f64; _Bool b; } Slot;
 typedef struct {
     PyObject_HEAD
     PyObject *name, *names, *defaults, *hook[4]; /* resolve, fallback, grad_hook, on_error */
     OpPlan p;
     int64_t *code;
     PyObject *dev_table[MAXDEV + 1]; /* slot 0: CPU; a tuple of Variants, or unset */
-    int memo_dev, memo_idx, memo_dt[MAXT]; /* the last decision, reused while the call's facts repeat */
-    int64_t memo_env[MAXSLOT];
-    char memo_bound[MAXSLOT];
+    struct { int idx, dev, late; char has[MAXT]; TArg t[MAXT]; Slot scal[MAXS]; int64_t env[MAXSLOT]; char bound[MAXSLOT]; }
+        memo; /* the last call that picked a variant (idx -1: none): reused while a call's facts repeat it */
 } Op;
 enum { H_RESOLVE, H_FALLBACK, H_GRAD, H_ERROR };
 
@@ -227,39 +224,29 @@ static void Op_dealloc(PyObject *self) {
     Py_XDECREF(o->name); Py_XDECREF(o->names); Py_XDECREF(o->defaults);
     for (int i = 0; i < 4; i++) Py_XDECREF(o->hook[i]);
     for (int i = 0; i <= MAXDEV; i++) Py_XDECREF(o->dev_table[i]);
-    PyMem_Free(o->code);
-    tp_free_self(self);
+    PyMem_Free(o->code), tp_free_self(self);
 }
 
 /* Op(name, OpPlan, code: bytes, names: the calling convention's argument names, defaults: one per
  *    scalar (None: required), hooks: (resolve(dev) -> (variants, SM count) | None,
  *    fallback(bound, rows | None, env), grad_hook(bound), on_error(code, index, detail, bound, env))) */
 static PyObject *Op_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
-    PyObject *name, *plan, *code, *names, *defaults, *hooks;
-    Op *o;
+    PyObject *name, *plan, *code, *names, *defaults, *hooks; Op *o;
     if (!PyArg_ParseTuple(args, "UO!O!O!O!O!:Op", &name, &PyBytes_Type, &plan, &PyBytes_Type, &code, &PyTuple_Type, &names,
                           &PyTuple_Type, &defaults, &PyTuple_Type, &hooks)) return NULL;
     if (PyTuple_Size(hooks) != 4) return PyErr_Format(PyExc_TypeError, "Op: expected 4 hooks");
     if (!(o = (Op *)tp_alloc(tp))) return NULL;
     for (int i = 0; i < 4; i++) o->hook[i] = Py_NewRef(PyTuple_GetItem(hooks, i));
-    o->name = Py_NewRef(name), o->names = Py_NewRef(names), o->defaults = Py_NewRef(defaults), o->memo_idx = -1;
+    o->name = Py_NewRef(name), o->names = Py_NewRef(names), o->defaults = Py_NewRef(defaults), o->memo.idx = -1;
     if (take(plan, sizeof(OpPlan), &o->p) && (o->code = take(code, -1, NULL))) return (PyObject *)o; /* names, defaults: assemble.py's */
-    Py_DECREF(o);
-    return NULL;
+    return Py_DECREF(o), NULL;
 }
 
-/* A tensor argument's facts; from dtype on, as tkreg.native.describe packs them (int64 words). */
-typedef struct { PyObject *obj; int64_t dtype, rank, dev, contiguous, shape[MAXRANK], stride[MAXRANK], ptr; } TArg;
-#define FACTS(a) ((char *)&(a)->dtype)
-enum { NFACTS = sizeof(TArg) - offsetof(TArg, dtype) };
-typedef union { int32_t i32; int64_t i64; float f32; double f64; _Bool b; } Slot;
 typedef struct {
     PyObject *a[MAXT + MAXS]; /* bound arguments (borrowed), spec order; NULL: not given */
-    TArg t[MAXT];
-    Slot scal[MAXS];
-    int64_t env[MAXSLOT];
-    char bound[MAXSLOT];
-    int dev, late;
+    TArg t[MAXT]; Slot scal[MAXS];
+    int64_t env[MAXSLOT]; char bound[MAXSLOT];
+    int dev, late, hit; /* hit: the memo's variant, when the facts repeat it (-1: they do not) */
     PyObject *owned[MAXT];
 } Call;
 
@@ -289,7 +276,7 @@ static int bind_args(Op *o, PyObject *args, PyObject *kw, Call *c) {
     PyObject *k, *val;
     Py_ssize_t pos = 0, n = PyTuple_Size(args);
     memset(c->a, 0, sizeof(PyObject *) * (o->p.nt + o->p.ns)), memset(c->owned, 0, sizeof(PyObject *) * o->p.nt), memset(c->bound, 0, o->p.nslot);
-    c->dev = -2, c->late = 0;
+    c->dev = -2, c->late = 0, c->hit = -1;
     if (n > o->p.nuser) return refuse(o, c, E_NARGS, -1, n, NULL);
     for (Py_ssize_t i = 0; i < n; i++) c->a[o->p.user[i]] = PyTuple_GetItem(args, i);
     while (kw && PyDict_Next(kw, &pos, &k, &val)) {
@@ -313,8 +300,7 @@ static int bind_args(Op *o, PyObject *args, PyObject *kw, Call *c) {
 /* One tensor's facts through the shim (1), or 0 when it does not apply. */
 static int shim_read(PyObject *x, TArg *a) {
     void *impl = NULL, *h = &impl, *ptr; /* an at::Tensor is one TensorImpl* */
-    int64_t dim, *sz, *st, numel = 1, expect = 1;
-    int32_t dt, devt, devi;
+    int64_t dim, *sz, *st, numel = 1, expect = 1; int32_t dt, devt, devi;
     if (!g_shim.ok || (Py_TYPE(x) != (PyTypeObject *)g_shim.types[0] && Py_TYPE(x) != (PyTypeObject *)g_shim.types[1])) return 0;
     if (g_shim.direct) impl = *(void **)((char *)x + sizeof(PyObject));
     else {
@@ -365,24 +351,8 @@ static int check_dims(Op *o, Call *c, int i) {
     return 0;
 }
 
-/* Everything that can be checked without the GPU, in the order a user wants to hear it. */
-static int validate(Op *o, Call *c) {
-    for (int i = 0; i < o->p.nt; i++) {
-        if (c->a[i] && read_tensor(o, c, i, c->a[i], &c->t[i])) return -1;
-        c->t[i].obj = c->a[i];
-    }
-    for (int s = 0; s < o->p.ns; s++) {
-        PyObject *x = c->a[o->p.nt + s];
-        Slot *v = &c->scal[s];
-        int t = o->p.stype[s], b = 0;
-        v->i64 = 0;
-        if (t == T_FLOAT64) v->f64 = PyFloat_AsDouble(x);
-        else if (t == T_FLOAT32) v->f32 = (float)PyFloat_AsDouble(x);
-        else if (t == T_BOOL) v->b = (b = PyObject_IsTrue(x)) > 0;
-        else v->i64 = PyLong_AsLongLong(x);
-        if (PyErr_Occurred() || b < 0 || (t == T_INT32 && v->i64 != (int32_t)v->i64)) return PyErr_Clear(), refuse(o, c, E_SCALAR, o->p.nt + s, 0, NULL);
-        if (t == T_INT32) v->i32 = (int32_t)v->i64;
-    }
+/* The checks that read only the facts (all but the data pointers) and the bindings they make. */
+static int check_facts(Op *o, Call *c) {
     for (int i = 0; i < o->p.nt; i++) {
         TSig *t = &o->p.t[i];
         TArg *a = &c->t[i];
@@ -419,6 +389,46 @@ static int validate(Op *o, Call *c) {
         if (c->t[i].obj) c->dev = c->t[i].dev;
     }
     return c->dev >= MAXDEV ? refuse(o, c, E_MAX_DEVICE, -1, c->dev, NULL) : 0;
+}
+
+/* 1 when the call's facts and scalars are the memo's (the memo's bindings and choice then hold). */
+static int same_facts(Op *o, Call *c) {
+    if (o->memo.idx < 0 || memcmp(c->scal, o->memo.scal, sizeof(Slot) * o->p.ns)) return 0;
+    for (int i = 0; i < o->p.nt; i++) {
+        TArg *a = &c->t[i], *m = &o->memo.t[i];
+        if (!a->obj != !o->memo.has[i] || (a->obj && (memcmp(FACTS(a), FACTS(m), (char *)a->shape - FACTS(a)) ||
+            memcmp(a->shape, m->shape, 8 * a->rank) || memcmp(a->stride, m->stride, 8 * a->rank)))) return 0;
+    }
+    return 1;
+}
+
+/* Everything that can be checked without the GPU, in the order a user wants to hear it. */
+static int validate(Op *o, Call *c) {
+    for (int i = 0; i < o->p.nt; i++) {
+        if (c->a[i] && read_tensor(o, c, i, c->a[i], &c->t[i])) return -1;
+        c->t[i].obj = c->a[i];
+    }
+    for (int s = 0; s < o->p.ns; s++) {
+        PyObject *x = c->a[o->p.nt + s];
+        Slot *v = &c->scal[s];
+        int t = o->p.stype[s], b = 0;
+        v->i64 = 0;
+        if (t == T_FLOAT64) v->f64 = PyFloat_AsDouble(x);
+        else if (t == T_FLOAT32) v->f32 = (float)PyFloat_AsDouble(x);
+        else if (t == T_BOOL) v->b = (b = PyObject_IsTrue(x)) > 0;
+        else v->i64 = PyLong_AsLongLong(x);
+        if (PyErr_Occurred() || b < 0 || (t == T_INT32 && v->i64 != (int32_t)v->i64)) return PyErr_Clear(), refuse(o, c, E_SCALAR, o->p.nt + s, 0, NULL);
+        if (t == T_INT32) v->i32 = (int32_t)v->i64;
+    }
+    if (!same_facts(o, c)) return check_facts(o, c);
+    c->hit = o->memo.idx, c->dev = o->memo.dev, c->late = o->memo.late;
+    memcpy(c->env, o->memo.env, 8 * o->p.nslot), memcpy(c->bound, o->memo.bound, o->p.nslot);
+    for (int i = 0; i < o->p.nt; i++) { /* the data pointers: all that can differ */
+        int64_t numel = c->t[i].obj != NULL; /* an absent tensor's facts are not read */
+        for (int r = 0; numel && r < c->t[i].rank; r++) numel *= c->t[i].shape[r];
+        if (numel && c->t[i].ptr % 16) return refuse(o, c, E_ALIGN, i, (int64_t)(c->t[i].ptr % 16), NULL);
+    }
+    return 0;
 }
 
 /* 1 when grad mode is on and an input requires grad: autograd must record the call, which the
@@ -476,15 +486,13 @@ static PyObject *reject_rows(Op *o, PyObject *table, Call *c) {
 }
 
 static int select_variant(Op *o, PyObject *table, Call *c) {
-    int dt[MAXT], idx;
-    for (int i = 0; i < o->p.nt; i++) dt[i] = expected_dtype(o, c, i);
-    if (o->memo_idx >= 0 && o->memo_dev == c->dev && !memcmp(o->memo_dt, dt, sizeof(int) * o->p.nt) &&
-        !memcmp(o->memo_bound, c->bound, o->p.npre) && !memcmp(o->memo_env, c->env, sizeof(int64_t) * o->p.npre))
-        return o->memo_idx;
+    int idx;
+    if (c->hit >= 0) return c->hit;
     for (Py_ssize_t i = 0; i < PyTuple_Size(table); i++)
-        if (accepts(o, (Variant *)PyTuple_GetItem(table, i), c, &idx) == R_ACCEPTED) {
-            o->memo_dev = c->dev, o->memo_idx = (int)i;
-            memcpy(o->memo_dt, dt, sizeof(int) * o->p.nt), memcpy(o->memo_bound, c->bound, o->p.npre), memcpy(o->memo_env, c->env, sizeof(int64_t) * o->p.npre);
+        if (accepts(o, (Variant *)PyTuple_GetItem(table, i), c, &idx) == R_ACCEPTED) { /* remembered, with the facts it held for */
+            o->memo.idx = (int)i, o->memo.dev = c->dev, o->memo.late = c->late;
+            memcpy(o->memo.scal, c->scal, sizeof(Slot) * o->p.ns), memcpy(o->memo.env, c->env, 8 * o->p.nslot), memcpy(o->memo.bound, c->bound, o->p.nslot);
+            for (int t = 0; t < o->p.nt; t++) o->memo.has[t] = c->t[t].obj != NULL, o->memo.t[t] = c->t[t];
             return (int)i;
         }
     return -1;
@@ -518,11 +526,7 @@ static int allocate(Op *o, Variant *v, Call *c) {
 }
 
 static int launch(Op *o, Variant *v, Call *c) {
-    CUstream stream;
-    CUcontext prev = NULL;
-    CUresult r;
-    void *sp;
-    int rc = -1;
+    CUstream stream; CUcontext prev = NULL; CUresult r; void *sp; int rc = -1;
     if (g_shim.ok && g_shim.fn.stream && g_shim.fn.stream(c->dev, &sp) == 0) stream = (CUstream)sp;
     else {
         PyObject *s = PyObject_CallFunction(g_get_stream, "i", c->dev);
@@ -589,8 +593,7 @@ out:
 
 /* The chosen variant's run: its parameters into the slots, late shape checks, allocation, launch. */
 static PyObject *run(Op *o, Variant *v, Call *c) {
-    PyObject *res = NULL;
-    int ok = 1;
+    PyObject *res = NULL; int ok = 1;
     for (int k = 0; k < v->p.nset; k++) c->env[v->p.set_slot[k]] = v->p.set_val[k], c->bound[v->p.set_slot[k]] = 1;
     for (int i = 0; i < o->p.nt && c->late && ok; i++) ok = o->p.t[i].role != ROLE_OUTPUT || !c->t[i].obj || !check_dims(o, c, i);
     if (ok && !allocate(o, v, c) && !launch(o, v, c)) {
@@ -602,8 +605,7 @@ static PyObject *run(Op *o, Variant *v, Call *c) {
 }
 
 static PyObject *dispatch(Op *o, PyObject *args, PyObject *kw, int mode, PyObject *table) {
-    Call c;
-    PyObject *bound, *rows = NULL, *env, *r;
+    Call c; PyObject *bound, *rows = NULL, *env, *r;
     if (bind_args(o, args, kw, &c) || validate(o, &c)) return NULL;
     int g = mode == CALL ? needs_autograd(o, &c) : 0;
     if (g < 0 || (!g && !table && !(table = device_table(o, c.dev)))) return NULL;
@@ -632,8 +634,7 @@ static PyObject *Op_check(PyObject *self, PyObject *a) {
 }
 
 static PyMethodDef Op_methods[] = {
-    {"check", Op_check, METH_VARARGS, "check(args, kwargs, table=None, cpu_sm_count=0) -> (device, bound, env, rows)"},
-    {NULL}};
+    {"check", Op_check, METH_VARARGS, "check(args, kwargs, table=None, cpu_sm_count=0) -> (device, bound, env, rows)"}, {NULL}};
 static PyType_Slot Op_slots[] = {
     {Py_tp_new, Op_new}, {Py_tp_dealloc, Op_dealloc}, {Py_tp_call, Op_call}, {Py_tp_methods, Op_methods},
     {Py_tp_doc, "One op: binding, validation, variant selection and launch."}, {0, NULL}};
@@ -657,8 +658,7 @@ static PyObject *m_init(PyObject *m, PyObject *args) {
 /* set_shim(None) turns the shim off; set_shim(the 9 aoti_torch_* addresses packed as uint64, dtype
  * codes, cpu code, cuda code, (Tensor, Parameter), direct, autograd_meta_ offset) turns it on. */
 static PyObject *m_set_shim(PyObject *m, PyObject *args) {
-    PyObject *fns, *codes, *types;
-    int cpu, cuda, direct, grad_off;
+    PyObject *fns, *codes, *types; int cpu, cuda, direct, grad_off;
     g_shim.ok = g_shim.direct = g_shim.grad_off = 0;
     if (PyTuple_Size(args) == 1 && PyTuple_GetItem(args, 0) == Py_None) Py_RETURN_NONE;
     if (!PyArg_ParseTuple(args, "O!O!iiO!pi:set_shim", &PyBytes_Type, &fns, &PyTuple_Type, &codes, &cpu, &cuda, &PyTuple_Type, &types, &direct, &grad_off)) return NULL;

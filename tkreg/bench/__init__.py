@@ -159,7 +159,7 @@ def run(ops=None, quick=False) -> dict:
     return {
         "date": time.strftime("%Y-%m-%d"), "gpu": props.name, "torch": torch.__version__,
         "cuda": torch.version.cuda, "driver": _driver(), "tkreg": tkreg.__version__,
-        "python": platform.python_version(), "command": "python -m tkreg bench" + (" --quick" if quick else ""),
+        "python": platform.python_version(), "command": "python -m tkreg bench" + (" --quick" if quick else "") + (f" --ops {' '.join(ops)}" if ops != list(FAMILIES) else ""),
         "copy_gbs": ceiling, "rows": [asdict(r) for r in rows], "host_us": host, "host_above_us": host_above, "cold_start_ms": cold, "cold_import_ms": cold_import,
     }
 

@@ -18,7 +18,7 @@ BF16, FP16, FP8 = torch.bfloat16, torch.float16, torch.float8_e4m3fn
 I32 = torch.int32
 ops = tkreg.ops
 # (sm_90a, sm_100a) variants (kernels_src/grouped_gemm.py: classes x dtypes)
-COUNTS = {"grouped_gemm": (4, 4), "grouped_gemm_masked": (4, 2), "fp8_grouped_gemm": (1, 1),
+COUNTS = {"grouped_gemm": (4, 4), "grouped_gemm_masked": (4, 2), "fp8_grouped_gemm": (2, 1),
           "fp8_grouped_gemm_masked": (2, 2)}
 
 
@@ -59,6 +59,14 @@ def fp8_masked(e, mmax, n, k):
 def test_contiguous_classes(m, n, cls, dt, arch):
     e = tkreg.explain("grouped_gemm", *contiguous(m, n, 512, 8, dt), arch=arch, sm_count=132)
     assert f"shape_class={cls}," in e.chosen and f"dtype={str(dt)[6:]}" in e.chosen, str(e)
+
+
+@pytest.mark.parametrize("k, cls", [(2048, "ws-persistent"), (4096, "ws-persistent"), (4224, "ws"), (7168, "ws")])
+def test_fp8_contiguous_class_follows_k(k, cls):
+    e = tkreg.explain("fp8_grouped_gemm", *fp8_contiguous(4096, 4096, k, 8), arch="sm_90a", sm_count=132)
+    assert f"shape_class={cls}," in e.chosen and ("persistent=true" in e.chosen) == (cls == "ws-persistent"), str(e)
+    on100 = tkreg.explain("fp8_grouped_gemm", *fp8_contiguous(4096, 4096, k, 8), arch="sm_100a", sm_count=148)
+    assert "shape_class=mid," in on100.chosen, str(on100)
 
 
 @pytest.mark.parametrize("mmax, cls, tile", [(1, "small", "block_M=64,"), (64, "small", "block_M=64,"),

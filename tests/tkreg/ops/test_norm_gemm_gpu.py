@@ -76,6 +76,31 @@ def test_decision_memo_follows_the_shape(seed):
         assert rel_err(tkreg.ops.gemm(a, b), a.double() @ b.double().t()) < 1e-2, m
 
 
+def test_repeated_facts_still_check_what_can_differ(seed):
+    """The launcher reuses the last call's checks and choice while a call's tensor facts (all but
+    the data pointers) and scalars repeat them: pointers, strides, dtypes, optional tensors and
+    scalars that differ must still be seen."""
+    w = torch.randn(1024, dtype=BF16, device="cuda")
+    x = torch.randn(2, 1024, dtype=BF16, device="cuda")
+    buf = torch.randn(2 * 1024 + 1, dtype=BF16, device="cuda")
+    out = torch.empty_like(x)
+    for _ in range(2):  # the same facts as the call before, one data pointer 2 bytes off
+        tkreg.ops.rms_norm(x, w, out=out)
+        with pytest.raises(ValueError, match="not 16-byte aligned"):
+            tkreg.ops.rms_norm(buf[1:].view(2, 1024), w, out=out)
+    for eps in (1e-6, 0.5, 1e-6):  # a scalar is a fact too
+        torch.testing.assert_close(tkreg.ops.rms_norm(x, w, eps), reference.rms_norm(x, w, eps), **TOL[BF16])
+    a = torch.randn(64, 256, dtype=BF16, device="cuda")
+    b = torch.randn(512, 256, dtype=BF16, device="cuda")
+    bias = torch.randn(512, dtype=BF16, device="cuda")
+    for _ in range(2):  # an optional tensor present, then absent: the variant follows
+        assert rel_err(tkreg.ops.gemm(a, b, bias), a.double() @ b.double().t() + bias.double()) < 1e-2
+        assert rel_err(tkreg.ops.gemm(a, b), a.double() @ b.double().t()) < 1e-2
+    assert rel_err(tkreg.ops.gemm(a.half(), b.half()), a.double() @ b.double().t()) < 1e-2  # dtype
+    with pytest.raises(ValueError, match="contiguous"):  # same shape, other strides
+        tkreg.ops.gemm(torch.randn(256, 64, dtype=BF16, device="cuda").t(), b)
+
+
 def test_non_default_stream(seed):
     x = torch.randn(4097, 4096, dtype=BF16, device="cuda")
     w = torch.randn(4096, dtype=BF16, device="cuda")

@@ -65,7 +65,8 @@ def child(op, cfg):
     else:
         masked = op.endswith("masked")
         for n, k in ((4096, 7168), (7168, 2048)):
-            for e, per in ((8, 0), (32, 0)) if not masked else ((8, 1024), (16, 256), (8, 32)):
+            small = ((8, 64), (8, 16), (16, 16), (4, 32))   # SMALL_MASKED=1: DeepEP low-latency counts
+            for e, per in ((8, 0), (32, 0)) if not masked else small if os.environ.get("SMALL_MASKED") else ((8, 1024), (16, 256), (8, 32)):
                 if masked:
                     mmax = max(64, -(-2 * per // 64) * 64)
                     counts = [int(per * (0.7 + 0.6 * ((i * 37) % 11) / 10)) for i in range(e)]

@@ -249,12 +249,14 @@ def merge(base: dict, parts: list) -> dict:
     def fams(rows):
         return sorted({r["op"] for r in rows})
     out = dict(base, rows=list(base["rows"]))
-    runs = [dict(families=fams(base["rows"]), date=base["date"], command=base["command"])]
+    runs = [dict(families=[], date=base["date"], command=base["command"])]
     for res, families, note in parts:
         take = [r for r in res["rows"] if r["op"] in families]
         out["rows"] = [r for r in out["rows"] if r["op"] not in families] + take
         runs.append(dict(families=fams(take), date=res["date"], command=res["command"], note=note))
-    out["runs"] = runs
+    kept = {id(r) for r in out["rows"]}
+    runs[0]["families"] = fams([r for r in base["rows"] if id(r) in kept])  # what no part replaced
+    out["runs"] = [r for r in runs if r["families"]]
     return out
 
 

@@ -76,7 +76,7 @@ def test_masked_classes_follow_mmax(mmax, cls, tile):
     e = tkreg.explain("grouped_gemm_masked", *masked(8, mmax, 4096, 512), arch="sm_90a")
     assert f"shape_class={cls}," in e.chosen and tile in e.chosen, str(e)
     f8 = tkreg.explain("fp8_grouped_gemm_masked", *fp8_masked(8, mmax, 4096, 512), arch="sm_90a")
-    assert ("block_M=64," if mmax <= 64 else "mma=ws,") in f8.chosen, str(f8)
+    assert ("block_M=64,consumers=1," if mmax <= 64 else "block_M=128,consumers=2,") in f8.chosen and "mma=ws," in f8.chosen, str(f8)
     f8_100 = tkreg.explain("fp8_grouped_gemm_masked", *fp8_masked(8, mmax, 4096, 512), arch="sm_100a")
     assert ("block_M=64," if mmax <= 64 else "block_M=128,block_N=128,") in f8_100.chosen, str(f8_100)
     on100 = tkreg.explain("grouped_gemm_masked", *masked(8, mmax, 4096, 512), arch="sm_100a")

@@ -68,7 +68,8 @@ def _compile_job(job: Job, cache_root: str):
         plan = plan_mod.extract(spec, variant, func, art)
         work = Path(cache_root) / "work" / job.key[:16]
         source = comp.canonical_source(art.kernel_source)
-        cubin = comp.nvcc(source, job.arch, work, variant.nvcc_flags)
+        flags = comp.device_flags(dict(variant.pass_configs)) + variant.nvcc_flags
+        cubin = comp.nvcc(source, job.arch, work, flags)
         shutil.rmtree(work, ignore_errors=True)
         cache_mod.Cache(Path(cache_root)).put(job.key, cubin, plan.to_json(), source)
         return None

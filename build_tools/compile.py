@@ -107,6 +107,24 @@ def canonical_source(source: str) -> str:
     return re.sub(r"\(\(float\*\)(workspace(?:_\d+)?)\)", lambda m: f"((float*){rename[m.group(1)]})", source)
 
 
+def device_flags(pass_configs: dict) -> tuple:
+    """The nvcc flags tilelang's own compile derives from a variant's pass configs
+    (tilelang/cuda/backend.py), so a config means here what it means under tilelang's JIT: without
+    this, `tl.enable_fast_math` lowered exp2 to the exact exp2f (an MUFU plus range fix-ups:
+    twice the SASS of flash attention's softmax loop) instead of a bare ex2.approx."""
+    import shlex
+    flags = []
+    extra = pass_configs.get("tl.device_compile_flags")
+    if extra:
+        flags += shlex.split(extra) if isinstance(extra, str) else [t for f in extra for t in shlex.split(str(f))]
+    if pass_configs.get("tl.enable_fast_math"):
+        flags.append("--use_fast_math")
+    level = pass_configs.get("tl.ptxas_register_usage_level")
+    if level is not None:
+        flags.append(f"--ptxas-options=--register-usage-level={int(level)}")
+    return tuple(flags)
+
+
 def nvcc(source: str, arch: str, workdir: Path, extra_flags=()) -> bytes:
     """Compile CUDA C++ to a cubin for `arch` (tkreg's flags, then a variant's own);
     CompileError carries nvcc's message."""

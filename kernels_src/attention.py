@@ -7,13 +7,16 @@ GQA/MQA: G = HQ // HK query heads share a KV head.  Causal masks are bottom-righ
 sees keys j <= i + Sk - Sq, FlashAttention's convention), so a row may see no key at all: its
 output is 0 and its lse -inf.  softmax_scale = 0 means 1 / sqrt(D).
 
-Each CTA owns block_M query rows of one head and walks the KV sequence in block_N tiles: TMA
-loads (tilelang adds a producer warpgroup), WGMMA for q k^T and p v, tilelang's pipelining of
-the loads (`num_stages`), as in its `example_gqa_fwd_bshd`.  Masks are applied by starting each
-score tile at 0 or MASKED before the q k^T accumulates into it.  q/k/v are read through their
-strides: slices of a fused qkv projection need no copy (the head dim must be contiguous; TMA needs
-16-byte aligned strides).  Measured 0.70-0.83x cuDNN SDPA at d128 and 0.60-0.73x at d64 (BENCHMARKS.md): an FA3-style
-warp-specialized ping-pong kernel is the next step (docs/attention-tuning.md).
+Two kernels.  On sm_90a, kernels_src/attention_ws.py: FlashAttention-3's schedule written by hand
+(a TMA producer warpgroup, two consumer warpgroups taking turns on the tensor cores, the softmax
+of one K/V tile under the P V of the previous), persistent for fixed lengths.  Elsewhere (sm_100a,
+where WGMMA does not exist) `attention_kernel` below: each CTA owns block_M query rows of one head
+and walks the KV sequence in block_N tiles with tilelang's automatic pipelining (`num_stages`), as
+in its `example_gqa_fwd_bshd`.  Masks are applied only to the tiles that need one (the sequence
+tail, the causal diagonal band).  Measured on the H200 (docs/attention-tuning.md): the sm_90a
+kernel 0.85-0.98x cuDNN SDPA at d128, 0.83-0.92x at d64.  q/k/v are read through their strides:
+slices of a fused qkv projection need no copy (the head dim must be contiguous; TMA needs 16-byte
+aligned strides).
 
 Varlen packs sequences as [total, H, D] with int32 cu_seqlens (FlashAttention's convention); the
 grid is (ceil(max_seqlen_q / block_M), HQ, batch) and CTAs past their sequence's end exit at once.
@@ -22,13 +25,13 @@ row by row, never past the sequence.
 """
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 
+from .attention_ws import LOG2E, MASKED, PASS_CONFIGS as WS_PASS_CONFIGS, attention_ws_kernel
+
 DTYPES = ("bfloat16", "float16")
-LOG2E = 1.4426950408889634
-MASKED = -1e30   # not -inf: a row masked in a whole tile must not give exp2(-inf + inf) = NaN
 
 
 def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages: int,
-                     threads: int, dtype: str = "bfloat16"):
+                     threads: int, dtype: str = "bfloat16", mask: str = "pre"):
     import tilelang.language as T
 
     f32 = "float32"
@@ -69,10 +72,17 @@ def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages:
                 T.copy(k[k0 + t * block_N:k0 + (t + 1) * block_N, hk, :], k_s)
             else:
                 T.copy(k[b, t * block_N:(t + 1) * block_N, hk, :], k_s)
-            for i, j in T.Parallel(block_M, block_N):   # (causal: valid rows mask j >= Sk anyway)
-                acc_s[i, j] = T.if_then_else(t * block_N + j >= Sk or (causal and r0 + i + off < t * block_N + j),
-                                             MASKED, 0)
-            T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            if mask == "pre":   # every tile starts at 0 or MASKED (causal: valid rows mask j >= Sk anyway)
+                for i, j in T.Parallel(block_M, block_N):
+                    acc_s[i, j] = T.if_then_else(t * block_N + j >= Sk or (causal and r0 + i + off < t * block_N + j),
+                                                 MASKED, 0)
+                T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            else:               # only the tiles that need it: the sequence tail, the causal diagonal band
+                T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow, clear_accum=True)
+                if (t + 1) * block_N > Sk or (causal and (t + 1) * block_N - 1 > r0 + off):
+                    for i, j in T.Parallel(block_M, block_N):
+                        acc_s[i, j] = T.if_then_else(t * block_N + j >= Sk or (causal and r0 + i + off < t * block_N + j),
+                                                     MASKED, acc_s[i, j])
             T.copy(m, m_prev)
             T.fill(m, -T.infinity(f32))
             T.reduce_max(acc_s, m, dim=1, clear=False)
@@ -147,20 +157,31 @@ def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages:
     return flash_attention
 
 
-# head dim -> tile config, measured on the H200 (docs/attention-tuning.md): 128-row query tiles, two
-# consumer warpgroups, 128-key tiles; d64 gains 3-5% from a third stage.
+# head dim -> tile config of the tiled kernel (sm_100a; measured on the H200 before the WS kernel:
+# docs/attention-tuning.md): 128-row query tiles, two consumer warpgroups, 128-key tiles, d64 3 stages.
 CONFIGS = {
     128: dict(block_M=128, block_N=128, stages=2, threads=256),
     64: dict(block_M=128, block_N=128, stages=3, threads=256),
 }
-FAST_EXP = {"tl.enable_fast_math": True}   # exp2 -> ex2.approx: 2 ulp, far inside the accuracy bar
+# exp2 -> ex2.approx (the build passes nvcc --use_fast_math for it): 2 ulp, far inside the accuracy bar
+FAST_EXP = {"tl.enable_fast_math": True}
+
+
+def attention_factory(kernel: str, arch: str = "", **params):
+    """kernel "ws": kernels_src/attention_ws.py (sm_90a); "tiled": `attention_kernel` (the variant's
+    `archs` pick the kernel, so `arch` is not needed here)."""
+    return attention_ws_kernel(**params) if kernel == "ws" else attention_kernel(**params)
 
 
 def _variants(varlen: bool) -> tuple:
-    """One per (head dim, dtype), the same source for both archs (on sm_100a T.gemm lowers to
-    mma.sync: compiled, never run, not tuned)."""
-    return tuple(Variant(dict(cfg, dim=d, varlen=varlen, dtype=dtype), rule="HQ % HK == 0", pass_configs=FAST_EXP)
-                 for d, cfg in CONFIGS.items() for dtype in DTYPES)
+    """One per (head dim, dtype) and arch family: the WS kernel on sm_90a (persistent unless varlen),
+    the tiled kernel on sm_100a (T.gemm lowers to mma.sync there: compiled, never run, not tuned)."""
+    rule = "HQ % HK == 0"
+    return tuple(v for d in (128, 64) for dtype in DTYPES for v in (
+        Variant(dict(kernel="ws", dim=d, varlen=varlen, dtype=dtype, persistent=not varlen), rule=rule,
+                archs=("sm_90a",), pass_configs=WS_PASS_CONFIGS),
+        Variant(dict(CONFIGS[d], kernel="tiled", dim=d, varlen=varlen, dtype=dtype, mask="boundary"), rule=rule,
+                archs=("sm_100a",), pass_configs=FAST_EXP)))
 
 
 _SCALE = Scalar("softmax_scale", "float32", 0.0)
@@ -177,7 +198,7 @@ SPECS = (
                  Tensor("v", ("B", "Sk", "HK", "D"), dtype_of="q", strides=("svb", "svs", "svh", 1)),
                  Tensor("out", ("B", "Sq", "HQ", "D"), dtype_of="q", role="output"),
                  Tensor("lse", ("B", "HQ", "Sq"), dtype="float32", role="output")),
-        scalars=(_CAUSAL, _SCALE), factory=attention_kernel,
+        scalars=(_CAUSAL, _SCALE), factory=attention_factory,
         variants=_variants(False), reference=_REF + "flash_attention"),
     OpSpec(
         name="tkreg.flash_attention_varlen",
@@ -191,5 +212,5 @@ SPECS = (
                  Tensor("out", ("TQ", "HQ", "D"), dtype_of="q", role="output"),
                  Tensor("lse", ("HQ", "TQ"), dtype="float32", role="output")),
         scalars=(Scalar("max_seqlen_q", "int32"), Scalar("max_seqlen_k", "int32"), _CAUSAL, _SCALE),
-        factory=attention_kernel, variants=_variants(True), reference=_REF + "flash_attention_varlen"),
+        factory=attention_factory, variants=_variants(True), reference=_REF + "flash_attention_varlen"),
 )

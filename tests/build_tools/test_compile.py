@@ -1,5 +1,8 @@
-"""build_tools/compile.py: the workspace canonicalization that makes clean builds byte-identical."""
-from build_tools.compile import canonical_source
+"""build_tools/compile.py: the workspace canonicalization that makes clean builds byte-identical, and
+the nvcc flags a variant's tilelang pass configs imply."""
+import pytest
+
+from build_tools.compile import canonical_source, device_flags
 
 DECLS = ("  void* workspace = ((void*)((char*)buf_dyn_shmem + 104448));\n"
          "  void* workspace_1 = ((void*)((char*)buf_dyn_shmem + 104960));\n")
@@ -38,3 +41,17 @@ def test_sources_without_two_workspaces_are_unchanged():
 def test_a_workspace_used_outside_an_allreduce_blocks_the_rename():
     b = _kernel("workspace_1", "workspace") + "  ((float*)workspace)[3] = 0.f;\n"
     assert canonical_source(b) == b
+
+
+@pytest.mark.parametrize("configs, flags", [
+    ({}, ()),
+    ({"tl.disable_thread_storage_sync": True}, ()),          # a lowering option: no nvcc flag
+    ({"tl.enable_fast_math": True}, ("--use_fast_math",)),     # as tilelang's JIT compiles it
+    ({"tl.enable_fast_math": False}, ()),
+    ({"tl.ptxas_register_usage_level": 5}, ("--ptxas-options=--register-usage-level=5",)),
+    ({"tl.device_compile_flags": "-lineinfo -Xptxas -O2"}, ("-lineinfo", "-Xptxas", "-O2")),
+    ({"tl.device_compile_flags": ["-lineinfo", "-DX=1 -DY"], "tl.enable_fast_math": True},
+     ("-lineinfo", "-DX=1", "-DY", "--use_fast_math")),
+])
+def test_pass_configs_map_to_the_nvcc_flags_tilelang_uses(configs, flags):
+    assert device_flags(configs) == flags

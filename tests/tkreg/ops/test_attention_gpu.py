@@ -44,9 +44,11 @@ def check(out, lse, q, k, v, causal, scale=0.0, what=""):
         assert (lse[fin] - rl[fin]).abs().max().item() <= 1e-3, what
 
 
-# (B, Sq, Sk, HQ, HK): MHA, GQA, MQA, odd lengths, Sq != Sk both ways (bottom-right causal)
+# (B, Sq, Sk, HQ, HK): MHA, GQA, MQA, odd lengths, Sq != Sk both ways (bottom-right causal); the
+# last two have more (row block, head, batch) tiles than an H200 has SMs, so each CTA of the
+# persistent sm_90a kernel walks several tiles of different lengths (its K/V ring runs on across them)
 SHAPES = [(1, 1, 1, 4, 4), (2, 17, 17, 8, 2), (1, 300, 300, 6, 1), (1, 77, 333, 4, 4), (1, 333, 77, 4, 2),
-          (1, 4095, 4095, 2, 1)]
+          (1, 4095, 4095, 2, 1), (2, 1000, 1000, 16, 4), (4, 520, 777, 32, 8)]
 
 
 @pytest.mark.parametrize("dt", [BF16, FP16])

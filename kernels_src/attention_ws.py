@@ -1,0 +1,360 @@
+"""Flash attention forward, FlashAttention-3 style, with a hand-written producer/consumer split
+(sm_90a).  Same semantics as kernels_src/attention.py (masks, GQA, varlen addressing, lse, rows
+that see no key); this module only schedules the work differently.
+
+One CTA = 128 query rows of one head, 384 threads in three warpgroups:
+  producer  (threads 0-127, setmaxnreg 24): for tile t, slot s = t % stages, phase j = t // stages:
+      wait kempty[s] parity (j + 1) & 1; TMA K(t) -> k_s[s]; all 128 arrive kfull[s] (+ the bytes)
+      wait vempty[s] parity (j + 1) & 1; TMA V(t) -> v_s[s]; all 128 arrive vfull[s]
+  consumer c (threads 128(c+1).., setmaxnreg 240): query rows r0 + 64c, its own Q tile.
+      tile 0:   wait kfull; [turn]; S = Q K(0)^T; [pass the turn]; wait S; release K(0);
+                softmax stats of S; P = bf16(S)
+      tile t:   wait kfull[t]; [turn]; S = Q K(t)^T and O += P V(t-1) issued back to back;
+                [pass the turn]; wait_group 1 (S done); release K(t); softmax stats of S (under
+                the P V still running); wait_group 0; release V(t-1); O *= exp2(m_old - m_new);
+                P = bf16(S)
+      end:      O += P V(n-1); wait; release; O / l -> q's smem tile -> TMA store; lse.
+Two overlaps hide the softmax (FA3's): inside a warpgroup, the softmax of tile t runs while P V of
+tile t-1 is in flight; across the two consumers, named barriers 1 and 2 hand the turn to issue
+WGMMAs back and forth ("ping-pong"), so one's softmax runs under the other's matmuls.  Masks are
+applied only to tiles that need one (the sequence tail; causal: the diagonal band).
+
+Barriers: kfull/vfull[s] count 128 (the producer warpgroup) + TMA bytes; kempty/vempty[s] count 256
+(both consumers).  Parity is unambiguous: the producer cannot refill slot s for tile t + stages
+before both consumers released tile t, and a consumer waits tile t's phase only after releasing
+tile t - stages's (every consumer releases K(t) before waiting K(t+1), V(t-1) before V(t)).
+Progress needs stages >= 2: a consumer waiting for K(t+1) or V(t) has released K(t) and V(t-1),
+which is all the producer needs to load them into the slots of tiles t+1-stages.  Ping-pong counts: consumer 1 arrives once on barrier 1 up front; each turn is one
+sync (128 own threads) + one arrive (128 of the other) = 256.  Both consumers walk the same tile
+count, so the turns pair up; the last arrive is left over at exit.
+tilelang's automatic __syncthreads is off (tl.disable_thread_storage_sync): it would deadlock in
+warpgroup-divergent code.  Grid form (varlen): O is staged in the consumer's own Q tile.
+
+Persistent form (fixed lengths): min(items, SM_COUNT) CTAs, work item = (row-block pair, head,
+batch), CTA bx takes items bx, bx + grid, ...; an item is row block p then nmb - 1 - p, so under a
+causal mask every item costs the same (a stride over single row blocks gave some CTAs 20% more
+work: 132 CTAs over 32 row blocks).  Producer and consumers walk the same tile list and count the
+K/V tiles done (g), so the rings' slots and phases run on across tiles exactly as within one; the
+ping-pong turns pair up per tile as above.  Each consumer loads the next tile's Q as soon as its
+last Q K^T is done (after a warpgroup barrier: every warp's WGMMAs have read Q), so it arrives
+under this tile's epilogue, and stages O in its own buffer; the epilogue starts with the
+warpgroup's named barrier, so no thread overwrites o_s before the previous tile's TMA store,
+waited by its issuing thread, has read it.  Measured on the H200 (docs/attention-tuning.md,
+BENCHMARKS.md): d128 525-606 TFLOP/s, 0.85-0.98x cuDNN SDPA; d64 0.83-0.92x.
+"""
+LOG2E = 1.4426950408889634
+MASKED = -1e30   # not -inf: a row masked in a whole tile must not give exp2(-inf + inf) = NaN
+PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.enable_fast_math": True}
+
+
+def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int = 2, dtype: str = "bfloat16",
+                        persistent: bool = False):
+    """persistent (fixed length only): min(items, SM_COUNT) CTAs walk the (row-block pair, head,
+    batch) work items, so the next tile's K/V loads and Q run under this tile's epilogue."""
+    import tilelang
+    import tilelang.language as T
+
+    assert stages >= 2 and not (persistent and varlen)
+    f32, D, half = "float32", dim, 64
+    block_M = 2 * half
+    HQ, HK = T.dynamic("HQ"), T.dynamic("HK")
+    sqs, sqh, sks, skh, svs, svh = (T.dynamic(n) for n in ("sqs", "sqh", "sks", "skh", "svs", "svh"))
+    full_row = T.GemmWarpPolicy.FullRow
+    nreg_s, nreg_o = half * block_N // 128, half * D // 128
+
+    def rows(src, b, k0, t, hk):
+        if varlen:
+            return src[k0 + t * block_N:k0 + (t + 1) * block_N, hk, :]
+        return src[b, t * block_N:(t + 1) * block_N, hk, :]
+
+    def q_rows(q, b, h, q0, rows0):
+        if varlen:
+            return q[q0 + rows0:q0 + rows0 + half, h, :]
+        return q[b, rows0:rows0 + half, h, :]
+
+    def tiles_of(causal, r0, Sq, Sk):
+        # K/V tiles row block r0 sees; every warpgroup walks the same count (the ping-pong pairs turns)
+        return T.if_then_else(causal, T.max(T.min(T.ceildiv(Sk, block_N), T.ceildiv(r0 + block_M + Sk - Sq, block_N)), 0),
+                              T.ceildiv(Sk, block_N))
+
+    @T.macro
+    def producer(k, v, b, hk, k0, n_tiles, g, k_s, v_s, kfull, kempty, vfull, vempty):
+        # g: K/V tiles this CTA loaded before (persistent: the rings' slots and phases run on)
+        for t in T.serial(n_tiles):
+            s = (g + t) % stages
+            par = ((g + t) // stages + 1) % 2
+            T.mbarrier_wait_parity(kempty[s], par)
+            T.tma_copy(rows(k, b, k0, t, hk), k_s[s, :, :], barrier=kfull[s])
+            T.barrier_arrive(kfull[s])
+            T.mbarrier_wait_parity(vempty[s], par)
+            T.tma_copy(rows(v, b, k0, t, hk), v_s[s, :, :], barrier=vfull[s])
+            T.barrier_arrive(vfull[s])
+
+    @T.macro
+    def stats(acc_s, m, m_prev, rescale, row_sum, l, t, rows0, off, Sk, causal, scale):
+        # online-softmax statistics of tile t; touches neither acc_o nor acc_p (P V may be running)
+        if (t + 1) * block_N > Sk or (causal and (t + 1) * block_N - 1 > rows0 + off):
+            for i, j in T.Parallel(half, block_N):
+                acc_s[i, j] = T.if_then_else(
+                    t * block_N + j >= Sk or (causal and rows0 + i + off < t * block_N + j), MASKED, acc_s[i, j])
+        T.copy(m, m_prev)
+        T.reduce_max(acc_s, m, dim=1, clear=False)
+        for i in T.Parallel(half):
+            rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
+        for i, j in T.Parallel(half, block_N):
+            acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m[i] * scale)
+        T.reduce_sum(acc_s, row_sum, dim=1)
+        for i in T.Parallel(half):
+            l[i] = l[i] * rescale[i] + row_sum[i]
+
+    @T.macro
+    def mainloop(fr, rows0, Sk, off, n_tiles, g, causal, scale, q_s, k_s, v_s, kfull, kempty, vfull, vempty,
+                 mine, other):
+        # S = Q K^T and softmax of every tile, O += P V of all but the last; Q is free afterwards
+        acc_s, acc_p, acc_o, m, m_prev, rescale, row_sum, l = fr
+        T.clear(acc_o)
+        T.clear(l)
+        T.fill(m, MASKED)
+        for t in T.serial(n_tiles):
+            s = (g + t) % stages
+            T.mbarrier_wait_parity(kfull[s], ((g + t) // stages) % 2)
+            T.sync_threads(barrier_id=mine, arrive_count=256)        # my turn to issue
+            T.wgmma_gemm(q_s, k_s[s, :, :], acc_s, transpose_B=True, policy=full_row, clear_accum=True)
+            if t == 0:
+                T.named_barrier_arrive(other, 256)
+                T.wait_wgmma(0)
+                T.warpgroup_fence_operand(acc_s, num_regs=nreg_s)
+                T.barrier_arrive(kempty[s])
+                stats(acc_s, m, m_prev, rescale, row_sum, l, t, rows0, off, Sk, causal, scale)
+            else:
+                sp = (g + t - 1) % stages
+                T.mbarrier_wait_parity(vfull[sp], ((g + t - 1) // stages) % 2)
+                T.wgmma_gemm(acc_p, v_s[sp, :, :], acc_o, policy=full_row)
+                T.named_barrier_arrive(other, 256)
+                T.wait_wgmma(1)                                      # S done, P V still running
+                T.warpgroup_fence_operand(acc_s, num_regs=nreg_s)
+                T.barrier_arrive(kempty[s])
+                stats(acc_s, m, m_prev, rescale, row_sum, l, t, rows0, off, Sk, causal, scale)
+                T.wait_wgmma(0)                                      # P V done: acc_p and acc_o free
+                T.warpgroup_fence_operand(acc_o, num_regs=nreg_o)
+                T.barrier_arrive(vempty[sp])
+                for i, j in T.Parallel(half, D):
+                    acc_o[i, j] *= rescale[i]
+            T.copy(acc_s, acc_p)
+
+    @T.macro
+    def epilogue(fr, out, lse, b, h, q0, rows0, Sq, off, n_tiles, g, causal, scale, o_s, v_s, vfull, vempty, bar):
+        # the last tile's P V, then O / l -> o_s -> TMA store, and lse
+        acc_s, acc_p, acc_o, m, m_prev, rescale, row_sum, l = fr
+        if n_tiles > 0:
+            sp = (g + n_tiles - 1) % stages
+            T.mbarrier_wait_parity(vfull[sp], ((g + n_tiles - 1) // stages) % 2)
+            T.wgmma_gemm(acc_p, v_s[sp, :, :], acc_o, policy=full_row)
+            T.wait_wgmma(0)
+            T.warpgroup_fence_operand(acc_o, num_regs=nreg_o)
+            T.barrier_arrive(vempty[sp])
+        # rows that see no key: 0 and lse -inf (causal: i + off < 0; else Sk == 0)
+        for i, j in T.Parallel(half, D):
+            acc_o[i, j] = T.if_then_else(l[i] > 0 and (not causal or rows0 + i + off >= 0), acc_o[i, j] / l[i], 0)
+        for i in T.Parallel(half):
+            if rows0 + i < Sq:
+                v_ = T.if_then_else(l[i] > 0 and (not causal or rows0 + i + off >= 0),
+                                    (T.log2(l[i]) + m[i] * scale) / LOG2E, -T.infinity(f32))
+                if varlen:
+                    lse[h, q0 + rows0 + i] = v_
+                else:
+                    lse[b, h, rows0 + i] = v_
+        if persistent:   # the previous tile's TMA store (waited by its issuing thread) has read o_s
+            T.sync_threads(barrier_id=bar, arrive_count=128)
+        T.copy(acc_o, o_s)
+        T.fence_proxy_async()                                   # smem writes -> the TMA store
+        T.sync_threads(barrier_id=bar, arrive_count=128)        # this warpgroup only
+        if varlen:
+            for i, j in T.Parallel(half, D):
+                if rows0 + i < Sq:
+                    out[q0 + rows0 + i, h, j] = o_s[i, j]
+        else:
+            T.copy(o_s, out[b, rows0:rows0 + half, h, :])
+
+    def fragments():
+        return (T.alloc_fragment((half, block_N), f32),   # acc_s: S, then P in fp32
+                T.alloc_fragment((half, block_N), dtype),  # acc_p: P for the P V WGMMA
+                T.alloc_fragment((half, D), f32),          # acc_o
+                T.alloc_fragment((half,), f32),            # m (running max, raw scores)
+                T.alloc_fragment((half,), f32),            # m_prev
+                T.alloc_fragment((half,), f32),            # rescale
+                T.alloc_fragment((half,), f32),            # row_sum
+                T.alloc_fragment((half,), f32))            # l
+
+    @T.macro
+    def consumer(q, out, lse, b, h, q0, rows0, Sq, Sk, n_tiles, causal, scale,
+                 q_s, k_s, v_s, kfull, kempty, vfull, vempty, q_full, mine, other):
+        fr = fragments()
+        T.clear(fr[1])
+        T.tma_copy(q_rows(q, b, h, q0, rows0), q_s, barrier=q_full)
+        T.barrier_arrive(q_full)
+        T.mbarrier_wait_parity(q_full, 0)
+        mainloop(fr, rows0, Sk, Sk - Sq, n_tiles, 0, causal, scale, q_s, k_s, v_s, kfull, kempty, vfull, vempty,
+                 mine, other)
+        # O is staged in this warpgroup's Q tile (Q is no longer read)
+        epilogue(fr, out, lse, b, h, q0, rows0, Sq, Sk - Sq, n_tiles, 0, causal, scale, q_s, v_s, vfull, vempty,
+                 mine + 2)
+
+    @T.macro
+    def body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0):
+        q1_s = T.alloc_shared((half, D), dtype)
+        q2_s = T.alloc_shared((half, D), dtype)
+        k_s = T.alloc_shared((stages, block_N, D), dtype)
+        v_s = T.alloc_shared((stages, block_N, D), dtype)
+        kfull = T.alloc_barrier([128] * stages)
+        kempty = T.alloc_barrier([256] * stages)
+        vfull = T.alloc_barrier([128] * stages)
+        vempty = T.alloc_barrier([256] * stages)
+        q1_full = T.alloc_barrier(arrive_count=128)
+        q2_full = T.alloc_barrier(arrive_count=128)
+        T.annotate_layout({q1_s: tilelang.layout.make_swizzled_layout(q1_s),
+                           q2_s: tilelang.layout.make_swizzled_layout(q2_s)})
+        T.sync_threads()
+        r0 = bx * block_M
+        scale = T.if_then_else(softmax_scale > 0, softmax_scale, T.rsqrt(T.cast(D, f32))) * LOG2E
+        n_tiles = tiles_of(causal, r0, Sq, Sk)
+        tx = T.get_thread_binding()
+        if tx < 128:
+            T.dec_max_nreg(24)
+            producer(k, v, b, h // (HQ // HK), k0, n_tiles, 0, k_s, v_s, kfull, kempty, vfull, vempty)
+        elif tx < 256:
+            T.inc_max_nreg(240)
+            T.named_barrier_arrive(1, 256)                              # consumer 1 goes first
+            consumer(q, out, lse, b, h, q0, r0, Sq, Sk, n_tiles, causal, scale,
+                     q1_s, k_s, v_s, kfull, kempty, vfull, vempty, q1_full, 1, 2)
+        else:
+            T.inc_max_nreg(240)
+            consumer(q, out, lse, b, h, q0, r0 + half, Sq, Sk, n_tiles, causal, scale,
+                     q2_s, k_s, v_s, kfull, kempty, vfull, vempty, q2_full, 2, 1)
+
+    @T.macro
+    def locate(it, bx, grid, nmb, mb: T.Ref, h: T.Ref, b: T.Ref, valid: T.Ref):
+        # the CTA's it-th tile: work item w = bx + (it // 2) grid = (row-block pair p, head, batch),
+        # row block p (it even) or nmb - 1 - p (it odd): every item costs the same under a causal mask
+        # (a fixed stride over single row blocks left some CTAs 20% more work); the odd middle block
+        # pairs with nothing (valid 0: no K/V tile, no store)
+        w = bx + it // 2 * grid
+        npair = (nmb + 1) // 2
+        mb = T.if_then_else(it % 2 == 0, w % npair, nmb - 1 - w % npair)
+        h = w // npair % HQ
+        b = w // (npair * HQ)
+        valid = T.if_then_else(it % 2 == 0 or nmb - 1 - w % npair != w % npair, 1, 0)
+
+    @T.macro
+    def load_q(q, c, q_s, q_full, mb, h, b):
+        T.tma_copy(q[b, mb * block_M + c * half:mb * block_M + c * half + half, h, :], q_s, barrier=q_full)
+        T.barrier_arrive(q_full)
+
+    @T.macro
+    def persistent_consumer(q, out, lse, Sq, Sk, nmb, nit, grid, bx, causal, scale, c, q_s, o_s, k_s, v_s,
+                            kfull, kempty, vfull, vempty, q_full, mb: T.Ref, h: T.Ref, b: T.Ref, valid: T.Ref,
+                            g: T.Ref):
+        # consumer c (rows 64 c of each tile); the next tile's Q loads under this tile's epilogue
+        fr = fragments()
+        T.clear(fr[1])
+        locate(0, bx, grid, nmb, mb, h, b, valid)
+        load_q(q, c, q_s, q_full, mb, h, b)
+        for it in T.serial(nit):
+            locate(it, bx, grid, nmb, mb, h, b, valid)
+            rows0 = mb * block_M + c * half
+            n_tiles = tiles_of(causal, mb * block_M, Sq, Sk) * valid
+            T.mbarrier_wait_parity(q_full, it % 2)
+            mainloop(fr, rows0, Sk, Sk - Sq, n_tiles, g, causal, scale, q_s, k_s, v_s, kfull, kempty, vfull, vempty,
+                     1 + c, 2 - c)
+            if it + 1 < nit:   # Q is free (every warp's last Q K^T done): load the next tile's
+                T.sync_threads(barrier_id=3 + c, arrive_count=128)
+                locate(it + 1, bx, grid, nmb, mb, h, b, valid)
+                load_q(q, c, q_s, q_full, mb, h, b)
+                locate(it, bx, grid, nmb, mb, h, b, valid)
+            if valid:
+                epilogue(fr, out, lse, b, h, 0, rows0, Sq, Sk - Sq, n_tiles, g, causal, scale, o_s, v_s, vfull,
+                         vempty, 3 + c)
+            g = g + n_tiles
+
+    if varlen:
+        TQ, TK, NB = T.dynamic("TQ"), T.dynamic("TK"), T.dynamic("NB")
+
+        @T.prim_func
+        def flash_attention_varlen(q: T.StridedTensor((TQ, HQ, D), (sqs, sqh, 1), dtype),
+                                   k: T.StridedTensor((TK, HK, D), (sks, skh, 1), dtype),
+                                   v: T.StridedTensor((TK, HK, D), (svs, svh, 1), dtype),
+                                   cu_seqlens_q: T.Tensor((NB,), "int32"), cu_seqlens_k: T.Tensor((NB,), "int32"),
+                                   out: T.Tensor((TQ, HQ, D), dtype), lse: T.Tensor((HQ, TQ), f32),
+                                   max_seqlen_q: T.int32, causal: T.bool, softmax_scale: T.float32):
+            with T.Kernel(T.ceildiv(max_seqlen_q, block_M), HQ, NB - 1, threads=384) as (bx, h, b):
+                q0, k0 = cu_seqlens_q[b], cu_seqlens_k[b]
+                Sq, Sk = cu_seqlens_q[b + 1] - q0, cu_seqlens_k[b + 1] - k0
+                if bx * block_M < Sq:
+                    body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0)
+        return flash_attention_varlen
+
+    B, Sq, Sk = T.dynamic("B"), T.dynamic("Sq"), T.dynamic("Sk")
+    sqb, skb, svb = T.dynamic("sqb"), T.dynamic("skb"), T.dynamic("svb")
+    Q = T.StridedTensor((B, Sq, HQ, D), (sqb, sqs, sqh, 1), dtype)
+    K = T.StridedTensor((B, Sk, HK, D), (skb, sks, skh, 1), dtype)
+    V = T.StridedTensor((B, Sk, HK, D), (svb, svs, svh, 1), dtype)
+    O, LSE = T.Tensor((B, Sq, HQ, D), dtype), T.Tensor((B, HQ, Sq), f32)
+
+    if not persistent:
+        @T.prim_func
+        def flash_attention(q: Q, k: K, v: V, out: O, lse: LSE, causal: T.bool, softmax_scale: T.float32):
+            with T.Kernel(T.ceildiv(Sq, block_M), HQ, B, threads=384) as (bx, h, b):
+                body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, 0, 0)
+        return flash_attention
+
+    SM_COUNT = T.dynamic("SM_COUNT")
+
+    @T.prim_func
+    def flash_attention_persistent(q: Q, k: K, v: V, out: O, lse: LSE, causal: T.bool, softmax_scale: T.float32,
+                                   SM_COUNT: SM_COUNT):
+        nmb = T.ceildiv(Sq, block_M)
+        items = (nmb + 1) // 2 * HQ * B
+        # no tile (B, Sq or HQ = 0): a grid of 0, and the launcher skips the launch
+        with T.Kernel(T.min(items, SM_COUNT), threads=384) as bx:
+            q1_s = T.alloc_shared((half, D), dtype)
+            q2_s = T.alloc_shared((half, D), dtype)
+            o1_s = T.alloc_shared((half, D), dtype)
+            o2_s = T.alloc_shared((half, D), dtype)
+            k_s = T.alloc_shared((stages, block_N, D), dtype)
+            v_s = T.alloc_shared((stages, block_N, D), dtype)
+            kfull = T.alloc_barrier([128] * stages)
+            kempty = T.alloc_barrier([256] * stages)
+            vfull = T.alloc_barrier([128] * stages)
+            vempty = T.alloc_barrier([256] * stages)
+            q1_full = T.alloc_barrier(arrive_count=128)
+            q2_full = T.alloc_barrier(arrive_count=128)
+            T.annotate_layout({q1_s: tilelang.layout.make_swizzled_layout(q1_s),
+                               q2_s: tilelang.layout.make_swizzled_layout(q2_s)})
+            mb = T.alloc_var("int32")
+            h = T.alloc_var("int32")
+            b = T.alloc_var("int32")
+            valid = T.alloc_var("int32")
+            g = T.alloc_var("int32")
+            T.sync_threads()
+            grid = T.min(items, SM_COUNT)
+            nit = 2 * T.ceildiv(items - bx, grid)   # two tiles (a row-block pair) per work item
+            scale = T.if_then_else(softmax_scale > 0, softmax_scale, T.rsqrt(T.cast(D, f32))) * LOG2E
+            g = 0
+            tx = T.get_thread_binding()
+            if tx < 128:
+                T.dec_max_nreg(24)
+                for it in T.serial(nit):
+                    locate(it, bx, grid, nmb, mb, h, b, valid)
+                    n_tiles = tiles_of(causal, mb * block_M, Sq, Sk) * valid
+                    producer(k, v, b, h // (HQ // HK), 0, n_tiles, g, k_s, v_s, kfull, kempty, vfull, vempty)
+                    g = g + n_tiles
+            elif tx < 256:
+                T.inc_max_nreg(240)
+                T.named_barrier_arrive(1, 256)                          # consumer 1 goes first
+                persistent_consumer(q, out, lse, Sq, Sk, nmb, nit, grid, bx, causal, scale, 0, q1_s, o1_s, k_s,
+                                    v_s, kfull, kempty, vfull, vempty, q1_full, mb, h, b, valid, g)
+            else:
+                T.inc_max_nreg(240)
+                persistent_consumer(q, out, lse, Sq, Sk, nmb, nit, grid, bx, causal, scale, 1, q2_s, o2_s, k_s,
+                                    v_s, kfull, kempty, vfull, vempty, q2_full, mb, h, b, valid, g)
+    return flash_attention_persistent

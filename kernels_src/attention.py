@@ -25,18 +25,17 @@ row by row, never past the sequence.
 """
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 
-from .attention_ws import LOG2E, MASKED, PASS_CONFIGS as WS_PASS_CONFIGS, attention_ws_kernel
+from .attention_ws import LOG2E, MASKED, PASS_CONFIGS as WS_PASS_CONFIGS, attention_ws_kernel, grid_prim_func
 
 DTYPES = ("bfloat16", "float16")
 
 
 def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages: int,
-                     threads: int, dtype: str = "bfloat16", mask: str = "pre"):
+                     threads: int, dtype: str = "bfloat16", mask: str = "boundary"):
     import tilelang.language as T
 
     f32 = "float32"
     HQ, HK, D = T.dynamic("HQ"), T.dynamic("HK"), dim
-    sqs, sqh, sks, skh, svs, svh = (T.dynamic(n) for n in ("sqs", "sqh", "sks", "skh", "svs", "svh"))
     @T.macro
     def body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0):
         # q0 / k0: first row of this sequence in a packed tensor (varlen), else 0.
@@ -72,7 +71,7 @@ def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages:
                 T.copy(k[k0 + t * block_N:k0 + (t + 1) * block_N, hk, :], k_s)
             else:
                 T.copy(k[b, t * block_N:(t + 1) * block_N, hk, :], k_s)
-            if mask == "pre":   # every tile starts at 0 or MASKED (causal: valid rows mask j >= Sk anyway)
+            if mask == "pre":   # (round 2's baseline) every tile starts at 0 or MASKED (causal: valid rows mask j >= Sk anyway)
                 for i, j in T.Parallel(block_M, block_N):
                     acc_s[i, j] = T.if_then_else(t * block_N + j >= Sk or (causal and r0 + i + off < t * block_N + j),
                                                  MASKED, 0)
@@ -126,35 +125,7 @@ def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages:
         else:
             T.copy(o_s, out[b, r0:r0 + block_M, h, :])   # TMA store, clipped at Sq
 
-    if varlen:
-        TQ, TK, NB = T.dynamic("TQ"), T.dynamic("TK"), T.dynamic("NB")
-
-        @T.prim_func
-        def flash_attention_varlen(q: T.StridedTensor((TQ, HQ, D), (sqs, sqh, 1), dtype),
-                                   k: T.StridedTensor((TK, HK, D), (sks, skh, 1), dtype),
-                                   v: T.StridedTensor((TK, HK, D), (svs, svh, 1), dtype),
-                                   cu_seqlens_q: T.Tensor((NB,), "int32"), cu_seqlens_k: T.Tensor((NB,), "int32"),
-                                   out: T.Tensor((TQ, HQ, D), dtype), lse: T.Tensor((HQ, TQ), f32),
-                                   max_seqlen_q: T.int32, causal: T.bool, softmax_scale: T.float32):
-            with T.Kernel(T.ceildiv(max_seqlen_q, block_M), HQ, NB - 1, threads=threads) as (bx, h, b):
-                q0, k0 = cu_seqlens_q[b], cu_seqlens_k[b]
-                Sq, Sk = cu_seqlens_q[b + 1] - q0, cu_seqlens_k[b + 1] - k0
-                if bx * block_M < Sq:
-                    body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0)
-        return flash_attention_varlen
-
-    B, Sq, Sk = T.dynamic("B"), T.dynamic("Sq"), T.dynamic("Sk")
-    sqb, skb, svb = T.dynamic("sqb"), T.dynamic("skb"), T.dynamic("svb")
-
-    @T.prim_func
-    def flash_attention(q: T.StridedTensor((B, Sq, HQ, D), (sqb, sqs, sqh, 1), dtype),
-                        k: T.StridedTensor((B, Sk, HK, D), (skb, sks, skh, 1), dtype),
-                        v: T.StridedTensor((B, Sk, HK, D), (svb, svs, svh, 1), dtype),
-                        out: T.Tensor((B, Sq, HQ, D), dtype), lse: T.Tensor((B, HQ, Sq), f32),
-                        causal: T.bool, softmax_scale: T.float32):
-        with T.Kernel(T.ceildiv(Sq, block_M), HQ, B, threads=threads) as (bx, h, b):
-            body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, 0, 0)
-    return flash_attention
+    return grid_prim_func(T, body, varlen, HQ, HK, D, dtype, block_M, threads)
 
 
 # head dim -> tile config of the tiled kernel (sm_100a; measured on the H200 before the WS kernel:

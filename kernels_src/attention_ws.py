@@ -47,6 +47,51 @@ MASKED = -1e30   # not -inf: a row masked in a whole tile must not give exp2(-in
 PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.enable_fast_math": True}
 
 
+def fixed_types(T, HQ, HK, D: int, dtype: str):
+    """Run-time sizes and buffer types of the fixed-length op's signature: (B, Sq, Sk, q, k, v, out,
+    lse).  q/k/v may be strided views (only the head dim must be contiguous)."""
+    B, Sq, Sk = T.dynamic("B"), T.dynamic("Sq"), T.dynamic("Sk")
+    sqb, sqs, sqh, skb, sks, skh, svb, svs, svh = (T.dynamic(n) for n in (
+        "sqb", "sqs", "sqh", "skb", "sks", "skh", "svb", "svs", "svh"))
+    return (B, Sq, Sk, T.StridedTensor((B, Sq, HQ, D), (sqb, sqs, sqh, 1), dtype),
+            T.StridedTensor((B, Sk, HK, D), (skb, sks, skh, 1), dtype),
+            T.StridedTensor((B, Sk, HK, D), (svb, svs, svh, 1), dtype),
+            T.Tensor((B, Sq, HQ, D), dtype), T.Tensor((B, HQ, Sq), "float32"))
+
+
+def grid_prim_func(T, body, varlen: bool, HQ, HK, D: int, dtype: str, block_M: int, threads: int):
+    """Both attention kernels' grid form: (row blocks, HQ, batch) CTAs, each running
+    body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0) (q0 / k0: the
+    sequence's first packed row, varlen; else 0).  HQ / HK: the factory's own symbols, the ones its
+    body names (T.dynamic makes a new variable per call).  Varlen: packed [total, H, D] with int32
+    cu_seqlens; CTAs past their sequence's end exit at once."""
+    if varlen:
+        TQ, TK, NB = T.dynamic("TQ"), T.dynamic("TK"), T.dynamic("NB")
+        sqs, sqh, sks, skh, svs, svh = (T.dynamic(n) for n in ("sqs", "sqh", "sks", "skh", "svs", "svh"))
+
+        @T.prim_func
+        def flash_attention_varlen(q: T.StridedTensor((TQ, HQ, D), (sqs, sqh, 1), dtype),
+                                   k: T.StridedTensor((TK, HK, D), (sks, skh, 1), dtype),
+                                   v: T.StridedTensor((TK, HK, D), (svs, svh, 1), dtype),
+                                   cu_seqlens_q: T.Tensor((NB,), "int32"), cu_seqlens_k: T.Tensor((NB,), "int32"),
+                                   out: T.Tensor((TQ, HQ, D), dtype), lse: T.Tensor((HQ, TQ), "float32"),
+                                   max_seqlen_q: T.int32, causal: T.bool, softmax_scale: T.float32):
+            with T.Kernel(T.ceildiv(max_seqlen_q, block_M), HQ, NB - 1, threads=threads) as (bx, h, b):
+                q0, k0 = cu_seqlens_q[b], cu_seqlens_k[b]
+                Sq, Sk = cu_seqlens_q[b + 1] - q0, cu_seqlens_k[b + 1] - k0
+                if bx * block_M < Sq:
+                    body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0)
+        return flash_attention_varlen
+
+    B, Sq, Sk, Q, K, V, O, LSE = fixed_types(T, HQ, HK, D, dtype)
+
+    @T.prim_func
+    def flash_attention(q: Q, k: K, v: V, out: O, lse: LSE, causal: T.bool, softmax_scale: T.float32):
+        with T.Kernel(T.ceildiv(Sq, block_M), HQ, B, threads=threads) as (bx, h, b):
+            body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, 0, 0)
+    return flash_attention
+
+
 def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int = 2, dtype: str = "bfloat16",
                         persistent: bool = False):
     """persistent (fixed length only): min(items, SM_COUNT) CTAs walk the (row-block pair, head,
@@ -58,7 +103,6 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
     f32, D, half = "float32", dim, 64
     block_M = 2 * half
     HQ, HK = T.dynamic("HQ"), T.dynamic("HK")
-    sqs, sqh, sks, skh, svs, svh = (T.dynamic(n) for n in ("sqs", "sqh", "sks", "skh", "svs", "svh"))
     full_row = T.GemmWarpPolicy.FullRow
     nreg_s, nreg_o = half * block_N // 128, half * D // 128
 
@@ -276,37 +320,10 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
                          vempty, 3 + c)
             g = g + n_tiles
 
-    if varlen:
-        TQ, TK, NB = T.dynamic("TQ"), T.dynamic("TK"), T.dynamic("NB")
-
-        @T.prim_func
-        def flash_attention_varlen(q: T.StridedTensor((TQ, HQ, D), (sqs, sqh, 1), dtype),
-                                   k: T.StridedTensor((TK, HK, D), (sks, skh, 1), dtype),
-                                   v: T.StridedTensor((TK, HK, D), (svs, svh, 1), dtype),
-                                   cu_seqlens_q: T.Tensor((NB,), "int32"), cu_seqlens_k: T.Tensor((NB,), "int32"),
-                                   out: T.Tensor((TQ, HQ, D), dtype), lse: T.Tensor((HQ, TQ), f32),
-                                   max_seqlen_q: T.int32, causal: T.bool, softmax_scale: T.float32):
-            with T.Kernel(T.ceildiv(max_seqlen_q, block_M), HQ, NB - 1, threads=384) as (bx, h, b):
-                q0, k0 = cu_seqlens_q[b], cu_seqlens_k[b]
-                Sq, Sk = cu_seqlens_q[b + 1] - q0, cu_seqlens_k[b + 1] - k0
-                if bx * block_M < Sq:
-                    body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0)
-        return flash_attention_varlen
-
-    B, Sq, Sk = T.dynamic("B"), T.dynamic("Sq"), T.dynamic("Sk")
-    sqb, skb, svb = T.dynamic("sqb"), T.dynamic("skb"), T.dynamic("svb")
-    Q = T.StridedTensor((B, Sq, HQ, D), (sqb, sqs, sqh, 1), dtype)
-    K = T.StridedTensor((B, Sk, HK, D), (skb, sks, skh, 1), dtype)
-    V = T.StridedTensor((B, Sk, HK, D), (svb, svs, svh, 1), dtype)
-    O, LSE = T.Tensor((B, Sq, HQ, D), dtype), T.Tensor((B, HQ, Sq), f32)
-
     if not persistent:
-        @T.prim_func
-        def flash_attention(q: Q, k: K, v: V, out: O, lse: LSE, causal: T.bool, softmax_scale: T.float32):
-            with T.Kernel(T.ceildiv(Sq, block_M), HQ, B, threads=384) as (bx, h, b):
-                body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, 0, 0)
-        return flash_attention
+        return grid_prim_func(T, body, varlen, HQ, HK, D, dtype, block_M, 384)
 
+    B, Sq, Sk, Q, K, V, O, LSE = fixed_types(T, HQ, HK, D, dtype)
     SM_COUNT = T.dynamic("SM_COUNT")
 
     @T.prim_func

@@ -21,8 +21,8 @@ from kernels_src import attention as A  # noqa: E402
 from kernels_src import attention_ws as W  # noqa: E402
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant  # noqa: E402
 
-SHIP = dict(A.CONFIGS[128], dim=128, varlen=False, dtype="bfloat16")
-SHIP64 = dict(A.CONFIGS[64], dim=64, varlen=False, dtype="bfloat16")
+SHIP = dict(A.CONFIGS[128], dim=128, varlen=False, dtype="bfloat16", mask="pre")   # the kernel as it was
+SHIP64 = dict(A.CONFIGS[64], dim=64, varlen=False, dtype="bfloat16", mask="pre")
 # (kind, factory kwargs, pass configs): kind picks the factory (see `factory`)
 CFGS = [
     ("ship", SHIP, {}),

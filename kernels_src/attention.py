@@ -9,7 +9,7 @@ output is 0 and its lse -inf.  softmax_scale = 0 means 1 / sqrt(D).
 
 Two kernels.  On sm_90a, kernels_src/attention_ws.py: FlashAttention-3's schedule written by hand
 (a TMA producer warpgroup, two consumer warpgroups taking turns on the tensor cores, the softmax
-of one K/V tile under the P V of the previous), persistent for fixed lengths.  Elsewhere (sm_100a,
+of one K/V tile under the P V of the previous), persistent.  Elsewhere (sm_100a,
 where WGMMA does not exist) `attention_kernel` below: each CTA owns block_M query rows of one head
 and walks the KV sequence in block_N tiles with tilelang's automatic pipelining (`num_stages`), as
 in its `example_gqa_fwd_bshd`.  Masks are applied only to the tiles that need one (the sequence
@@ -18,10 +18,11 @@ kernel 0.85-0.98x cuDNN SDPA at d128, 0.83-0.92x at d64.  q/k/v are read through
 slices of a fused qkv projection need no copy (the head dim must be contiguous; TMA needs 16-byte
 aligned strides).
 
-Varlen packs sequences as [total, H, D] with int32 cu_seqlens (FlashAttention's convention); the
-grid is (ceil(max_seqlen_q / block_M), HQ, batch) and CTAs past their sequence's end exit at once.
-Tiles that straddle a sequence boundary read the neighbour's rows (masked); outputs are stored
-row by row, never past the sequence.
+Varlen packs sequences as [total, H, D] with int32 cu_seqlens (FlashAttention's convention).  On
+sm_90a the persistent kernel walks (row-block pair, head) items of all sequences (attention_ws.py:
+`locate_varlen`); the tiled kernel's grid is (ceil(max_seqlen_q / block_M), HQ, batch) and CTAs
+past their sequence's end exit at once.  Tiles that straddle a sequence boundary read the
+neighbour's rows (masked); outputs are stored row by row, never past the sequence.
 """
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 
@@ -145,11 +146,11 @@ def attention_factory(kernel: str, arch: str = "", **params):
 
 
 def _variants(varlen: bool) -> tuple:
-    """One per (head dim, dtype) and arch family: the WS kernel on sm_90a (persistent unless varlen),
-    the tiled kernel on sm_100a (T.gemm lowers to mma.sync there: compiled, never run, not tuned)."""
+    """One per (head dim, dtype) and arch family: the persistent WS kernel on sm_90a, the tiled
+    kernel on sm_100a (T.gemm lowers to mma.sync there: compiled, never run, not tuned)."""
     rule = "HQ % HK == 0"
     return tuple(v for d in (128, 64) for dtype in DTYPES for v in (
-        Variant(dict(kernel="ws", dim=d, varlen=varlen, dtype=dtype, persistent=not varlen), rule=rule,
+        Variant(dict(kernel="ws", dim=d, varlen=varlen, dtype=dtype, persistent=True), rule=rule,
                 archs=("sm_90a",), pass_configs=WS_PASS_CONFIGS),
         Variant(dict(CONFIGS[d], kernel="tiled", dim=d, varlen=varlen, dtype=dtype, mask="boundary"), rule=rule,
                 archs=("sm_100a",), pass_configs=FAST_EXP)))

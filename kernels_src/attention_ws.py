@@ -28,10 +28,10 @@ which is all the producer needs to load them into the slots of tiles t+1-stages.
 sync (128 own threads) + one arrive (128 of the other) = 256.  Both consumers walk the same tile
 count, so the turns pair up; the last arrive is left over at exit.
 tilelang's automatic __syncthreads is off (tl.disable_thread_storage_sync): it would deadlock in
-warpgroup-divergent code.  Grid form (varlen): O is staged in the consumer's own Q tile.
+warpgroup-divergent code.  Grid form (sweeps only): O is staged in the consumer's own Q tile.
 
-Persistent form (fixed lengths): min(items, SM_COUNT) CTAs, work item = (row-block pair, head,
-batch), CTA bx takes items bx, bx + grid, ...; an item is row block p then nmb - 1 - p, so under a
+Persistent form (what ships, fixed lengths and varlen): min(items, SM_COUNT) CTAs, work item =
+(row-block pair, head, batch), CTA bx takes items bx, bx + grid, ...; an item is row block p then nmb - 1 - p, so under a
 causal mask every item costs the same (a stride over single row blocks gave some CTAs 20% more
 work: 132 CTAs over 32 row blocks).  Producer and consumers walk the same tile list and count the
 K/V tiles done (g), so the rings' slots and phases run on across tiles exactly as within one; the
@@ -39,7 +39,10 @@ ping-pong turns pair up per tile as above.  Each consumer loads the next tile's 
 last Q K^T is done (after a warpgroup barrier: every warp's WGMMAs have read Q), so it arrives
 under this tile's epilogue, and stages O in its own buffer; the epilogue starts with the
 warpgroup's named barrier, so no thread overwrites o_s before the previous tile's TMA store,
-waited by its issuing thread, has read it.  Measured on the H200 (docs/attention-tuning.md,
+waited by its issuing thread, has read it.  Varlen: the items are (pair slot, head), sequence b
+owning the slots from cu_seqlens_q[b] // 256 + b on (`locate_varlen`), so the host knows the item
+count (TQ // 256 + batch) and no CTA is launched for the rows a short sequence lacks; the grid form
+launched ceil(max_seqlen / 128) row blocks for every sequence.  Measured on the H200 (docs/attention-tuning.md,
 BENCHMARKS.md): d128 525-606 TFLOP/s, 0.85-0.98x cuDNN SDPA; d64 0.83-0.92x.
 """
 LOG2E = 1.4426950408889634
@@ -99,7 +102,7 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
     import tilelang
     import tilelang.language as T
 
-    assert stages >= 2 and not (persistent and varlen)
+    assert stages >= 2
     f32, D, half = "float32", dim, 64
     block_M = 2 * half
     HQ, HK = T.dynamic("HQ"), T.dynamic("HK")
@@ -290,48 +293,82 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
         valid = T.if_then_else(it % 2 == 0 or nmb - 1 - w % npair != w % npair, 1, 0)
 
     @T.macro
-    def load_q(q, c, q_s, q_full, mb, h, b):
-        T.tma_copy(q[b, mb * block_M + c * half:mb * block_M + c * half + half, h, :], q_s, barrier=q_full)
+    def locate_varlen(it, bx, grid, cu_q, cu_k, NB, cur: T.Ref, mb: T.Ref, h: T.Ref, b: T.Ref, valid: T.Ref,
+                      q0: T.Ref, k0: T.Ref, sq: T.Ref, sk: T.Ref):
+        # varlen: sequence b owns the pair slots [S(b), S(b + 1)), S(b) = cu_q[b] // 256 + b, at least
+        # ceil(len / 256) of them (floor((c + L) / 256) - floor(c / 256) + 1 >= ceil(L / 256)), so
+        # the slot count TQ // 256 + batch is known on the host; w = slot * HQ + head.  A CTA's
+        # items only move forward, so `cur` (its batch cursor) walks the offsets once per launch.
+        w = bx + it // 2 * grid
+        slot = w // HQ
+        h = w % HQ
+        while cur + 2 < NB and cu_q[cur + 1] // (2 * block_M) + cur + 1 <= slot:
+            cur = cur + 1
+        b = cur
+        q0 = cu_q[b]
+        k0 = cu_k[b]
+        sq = cu_q[b + 1] - q0
+        sk = cu_k[b + 1] - k0
+        p = slot - (q0 // (2 * block_M) + b)
+        nmb = T.ceildiv(sq, block_M)
+        valid = T.if_then_else(p >= 0 and p < (nmb + 1) // 2 and (it % 2 == 0 or nmb - 1 - p != p), 1, 0)
+        mb = T.if_then_else(valid == 0, 0, T.if_then_else(it % 2 == 0, p, nmb - 1 - p))
+
+    def item_vars(Sq, Sk):
+        # a persistent CTA's tile: (batch cursor, row block, head, batch, valid, q0, k0, sq, sk); the
+        # sequence fields are per tile in varlen, the launch's constants otherwise
+        ints = [T.alloc_var("int32", init=0) for _ in range(9 if varlen else 5)]
+        return tuple(ints) if varlen else (*ints, 0, 0, Sq, Sk)
+
+    @T.macro
+    def load_q(q, c, q_s, q_full, mb, h, b, q0):
+        T.tma_copy(q_rows(q, b, h, q0, mb * block_M + c * half), q_s, barrier=q_full)
         T.barrier_arrive(q_full)
 
     @T.macro
-    def persistent_consumer(q, out, lse, Sq, Sk, nmb, nit, grid, bx, causal, scale, c, q_s, o_s, k_s, v_s,
-                            kfull, kempty, vfull, vempty, q_full, mb: T.Ref, h: T.Ref, b: T.Ref, valid: T.Ref,
-                            g: T.Ref):
-        # consumer c (rows 64 c of each tile); the next tile's Q loads under this tile's epilogue
+    def persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, nit, grid, bx, causal, scale, c, q_s, o_s,
+                            k_s, v_s, kfull, kempty, vfull, vempty, q_full, g: T.Ref):
+        # consumer c (rows 64 c of each tile); the next tile's Q loads under this tile's epilogue.
+        # it: the current tile (mb, h, b, valid, q0, k0, sq, sk); n*: the next one's
         fr = fragments()
         T.clear(fr[1])
-        locate(0, bx, grid, nmb, mb, h, b, valid)
-        load_q(q, c, q_s, q_full, mb, h, b)
+        cur, mb, h, b, valid, q0, k0, sq, sk = item_vars(Sq, Sk)
+        _, nmb_, nh, nb, nvalid, nq0, nk0, nsq, nsk = item_vars(Sq, Sk)
+        if varlen:
+            locate_varlen(0, bx, grid, cu_q, cu_k, NB, cur, mb, h, b, valid, q0, k0, sq, sk)
+        else:
+            locate(0, bx, grid, nmb, mb, h, b, valid)
+        load_q(q, c, q_s, q_full, mb, h, b, q0)
         for it in T.serial(nit):
-            locate(it, bx, grid, nmb, mb, h, b, valid)
             rows0 = mb * block_M + c * half
-            n_tiles = tiles_of(causal, mb * block_M, Sq, Sk) * valid
+            n_tiles = tiles_of(causal, mb * block_M, sq, sk) * valid
             T.mbarrier_wait_parity(q_full, it % 2)
-            mainloop(fr, rows0, Sk, Sk - Sq, n_tiles, g, causal, scale, q_s, k_s, v_s, kfull, kempty, vfull, vempty,
+            mainloop(fr, rows0, sk, sk - sq, n_tiles, g, causal, scale, q_s, k_s, v_s, kfull, kempty, vfull, vempty,
                      1 + c, 2 - c)
             if it + 1 < nit:   # Q is free (every warp's last Q K^T done): load the next tile's
                 T.sync_threads(barrier_id=3 + c, arrive_count=128)
-                locate(it + 1, bx, grid, nmb, mb, h, b, valid)
-                load_q(q, c, q_s, q_full, mb, h, b)
-                locate(it, bx, grid, nmb, mb, h, b, valid)
+                if varlen:
+                    locate_varlen(it + 1, bx, grid, cu_q, cu_k, NB, cur, nmb_, nh, nb, nvalid, nq0, nk0, nsq, nsk)
+                else:
+                    locate(it + 1, bx, grid, nmb, nmb_, nh, nb, nvalid)
+                load_q(q, c, q_s, q_full, nmb_, nh, nb, nq0)
             if valid:
-                epilogue(fr, out, lse, b, h, 0, rows0, Sq, Sk - Sq, n_tiles, g, causal, scale, o_s, v_s, vfull,
+                epilogue(fr, out, lse, b, h, q0, rows0, sq, sk - sq, n_tiles, g, causal, scale, o_s, v_s, vfull,
                          vempty, 3 + c)
             g = g + n_tiles
+            mb = nmb_
+            h = nh
+            b = nb
+            valid = nvalid
+            if varlen:
+                q0 = nq0
+                k0 = nk0
+                sq = nsq
+                sk = nsk
 
-    if not persistent:
-        return grid_prim_func(T, body, varlen, HQ, HK, D, dtype, block_M, 384)
-
-    B, Sq, Sk, Q, K, V, O, LSE = fixed_types(T, HQ, HK, D, dtype)
-    SM_COUNT = T.dynamic("SM_COUNT")
-
-    @T.prim_func
-    def flash_attention_persistent(q: Q, k: K, v: V, out: O, lse: LSE, causal: T.bool, softmax_scale: T.float32,
-                                   SM_COUNT: SM_COUNT):
-        nmb = T.ceildiv(Sq, block_M)
-        items = (nmb + 1) // 2 * HQ * B
-        # no tile (B, Sq or HQ = 0): a grid of 0, and the launcher skips the launch
+    @T.macro
+    def persistent_kernel(q, k, v, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, items, causal, softmax_scale, SM_COUNT):
+        # no tile (no sequence, or HQ = 0): a grid of 0, and the launcher skips the launch
         with T.Kernel(T.min(items, SM_COUNT), threads=384) as bx:
             q1_s = T.alloc_shared((half, D), dtype)
             q2_s = T.alloc_shared((half, D), dtype)
@@ -347,10 +384,6 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
             q2_full = T.alloc_barrier(arrive_count=128)
             T.annotate_layout({q1_s: tilelang.layout.make_swizzled_layout(q1_s),
                                q2_s: tilelang.layout.make_swizzled_layout(q2_s)})
-            mb = T.alloc_var("int32")
-            h = T.alloc_var("int32")
-            b = T.alloc_var("int32")
-            valid = T.alloc_var("int32")
             g = T.alloc_var("int32")
             T.sync_threads()
             grid = T.min(items, SM_COUNT)
@@ -360,18 +393,51 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
             tx = T.get_thread_binding()
             if tx < 128:
                 T.dec_max_nreg(24)
+                cur, mb, h, b, valid, q0, k0, sq, sk = item_vars(Sq, Sk)
                 for it in T.serial(nit):
-                    locate(it, bx, grid, nmb, mb, h, b, valid)
-                    n_tiles = tiles_of(causal, mb * block_M, Sq, Sk) * valid
-                    producer(k, v, b, h // (HQ // HK), 0, n_tiles, g, k_s, v_s, kfull, kempty, vfull, vempty)
+                    if varlen:
+                        locate_varlen(it, bx, grid, cu_q, cu_k, NB, cur, mb, h, b, valid, q0, k0, sq, sk)
+                    else:
+                        locate(it, bx, grid, nmb, mb, h, b, valid)
+                    n_tiles = tiles_of(causal, mb * block_M, sq, sk) * valid
+                    producer(k, v, b, h // (HQ // HK), k0, n_tiles, g, k_s, v_s, kfull, kempty, vfull, vempty)
                     g = g + n_tiles
             elif tx < 256:
                 T.inc_max_nreg(240)
                 T.named_barrier_arrive(1, 256)                          # consumer 1 goes first
-                persistent_consumer(q, out, lse, Sq, Sk, nmb, nit, grid, bx, causal, scale, 0, q1_s, o1_s, k_s,
-                                    v_s, kfull, kempty, vfull, vempty, q1_full, mb, h, b, valid, g)
+                persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, nit, grid, bx, causal, scale, 0, q1_s,
+                                    o1_s, k_s, v_s, kfull, kempty, vfull, vempty, q1_full, g)
             else:
                 T.inc_max_nreg(240)
-                persistent_consumer(q, out, lse, Sq, Sk, nmb, nit, grid, bx, causal, scale, 1, q2_s, o2_s, k_s,
-                                    v_s, kfull, kempty, vfull, vempty, q2_full, mb, h, b, valid, g)
+                persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, nit, grid, bx, causal, scale, 1, q2_s,
+                                    o2_s, k_s, v_s, kfull, kempty, vfull, vempty, q2_full, g)
+
+    if not persistent:
+        return grid_prim_func(T, body, varlen, HQ, HK, D, dtype, block_M, 384)
+
+    SM_COUNT = T.dynamic("SM_COUNT")
+    if varlen:
+        TQ, TK, NB = T.dynamic("TQ"), T.dynamic("TK"), T.dynamic("NB")
+        sqs, sqh, sks, skh, svs, svh = (T.dynamic(n) for n in ("sqs", "sqh", "sks", "skh", "svs", "svh"))
+
+        @T.prim_func
+        def flash_attention_varlen_persistent(
+                q: T.StridedTensor((TQ, HQ, D), (sqs, sqh, 1), dtype), k: T.StridedTensor((TK, HK, D), (sks, skh, 1), dtype),
+                v: T.StridedTensor((TK, HK, D), (svs, svh, 1), dtype), cu_seqlens_q: T.Tensor((NB,), "int32"),
+                cu_seqlens_k: T.Tensor((NB,), "int32"), out: T.Tensor((TQ, HQ, D), dtype),
+                lse: T.Tensor((HQ, TQ), "float32"), max_seqlen_q: T.int32, causal: T.bool, softmax_scale: T.float32,
+                SM_COUNT: SM_COUNT):
+            items = (TQ // (2 * block_M) + NB - 1) * HQ * T.min(NB - 1, 1)   # no sequence: no item
+            persistent_kernel(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, NB, 0, 0, 0, items, causal,
+                              softmax_scale, SM_COUNT)
+        return flash_attention_varlen_persistent
+
+    B, Sq, Sk, Q, K, V, O, LSE = fixed_types(T, HQ, HK, D, dtype)
+
+    @T.prim_func
+    def flash_attention_persistent(q: Q, k: K, v: V, out: O, lse: LSE, causal: T.bool, softmax_scale: T.float32,
+                                   SM_COUNT: SM_COUNT):
+        nmb = T.ceildiv(Sq, block_M)
+        persistent_kernel(q, k, v, out, lse, None, None, 0, Sq, Sk, nmb, (nmb + 1) // 2 * HQ * B, causal,
+                          softmax_scale, SM_COUNT)
     return flash_attention_persistent

@@ -126,6 +126,35 @@ def test_varlen_equals_each_sequence_alone(causal, d, seed):
         check(out[None, sl], lse[None, :, sl], q[None, sl], k[None, kl], v[None, kl], causal)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_many_sequences_offset_start(causal, seed):
+    """300 sequences (empties and long ones among them: the persistent kernel's batch cursor walks
+    all of them, each CTA over several items), packed after 40 rows the offsets never name."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(0, 300, (300,), generator=g)
+    lens[::7] = 0
+    lens[5], lens[150] = 2000, 1025
+    q, k, v, cu_q, cu_k = _packed([40] + lens.tolist(), [40] + lens.tolist(), 4, 2, 128, BF16)
+    cu_q, cu_k = cu_q[1:].clone(), cu_k[1:].clone()          # the first 40 rows belong to no sequence
+    out = torch.full_like(q, 7.0)
+    lse = torch.full((4, q.shape[0]), 7.0, device="cuda")
+    ops.flash_attention_varlen(q, k, v, cu_q, cu_k, int(lens.max()), int(lens.max()), causal=causal, out=out, lse=lse)
+    assert (out[:40] == 7).all() and (lse[:, :40] == 7).all()        # rows outside every sequence untouched
+    cq = cu_q.tolist()
+    for i in range(len(lens)):
+        if lens[i]:
+            one = ops.flash_attention(q[None, cq[i]:cq[i + 1]], k[None, cq[i]:cq[i + 1]], v[None, cq[i]:cq[i + 1]],
+                                      causal=causal)
+            assert torch.equal(out[cq[i]:cq[i + 1]], one[0][0]) and torch.equal(lse[:, cq[i]:cq[i + 1]], one[1][0]), i
+
+
+def test_varlen_no_sequences_launches_nothing():
+    q, k, v, cu_q, cu_k = _packed([3], [3], 4, 4, 128, BF16)
+    out = torch.full_like(q, 7.0)
+    ops.flash_attention_varlen(q, k, v, cu_q[:1], cu_k[:1], 0, 0, out=out)
+    assert (out == 7).all()
+
+
 def test_varlen_empty_sequences_give_no_nan(seed):
     q, k, v, cu_q, cu_k = _packed([5, 3], [0, 4], 4, 4, 128, FP16)
     out, lse = ops.flash_attention_varlen(q, k, v, cu_q, cu_k, 5, 4)

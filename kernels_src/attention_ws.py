@@ -18,6 +18,11 @@ Two overlaps hide the softmax (FA3's): inside a warpgroup, the softmax of tile t
 tile t-1 is in flight; across the two consumers, named barriers 1 and 2 hand the turn to issue
 WGMMAs back and forth ("ping-pong"), so one's softmax runs under the other's matmuls.  Masks are
 applied only to tiles that need one (the sequence tail; causal: the diagonal band).
+The softmax is the critical path, so its row statistics are latency-shaped (`tree`): tilelang's
+reduce gives each thread one chain of 32 dependent FMNMX (and FADD) a row, plus quad shuffles for
+the sum every tile; with tree = 8 each row's max and sum run as two chains a thread (column classes
+j % 8, four independent chains in flight), and the sum stays partial per thread until the
+epilogue: +3-10% at d128 (round 7).
 
 Barriers: kfull/vfull[s] count 128 (the producer warpgroup) + TMA bytes; kempty/vempty[s] count 256
 (both consumers).  Parity is unambiguous: the producer cannot refill slot s for tile t + stages
@@ -42,8 +47,9 @@ warpgroup's named barrier, so no thread overwrites o_s before the previous tile'
 waited by its issuing thread, has read it.  Varlen: the items are (pair slot, head), sequence b
 owning the slots from cu_seqlens_q[b] // 256 + b on (`locate_varlen`), so the host knows the item
 count (TQ // 256 + batch) and no CTA is launched for the rows a short sequence lacks; the grid form
-launched ceil(max_seqlen / 128) row blocks for every sequence.  Measured on the H200 (docs/attention-tuning.md,
-BENCHMARKS.md): d128 525-606 TFLOP/s, 0.85-0.98x cuDNN SDPA; d64 0.83-0.92x.
+launched ceil(max_seqlen / 128) row blocks for every sequence.  Measured on the H200
+(docs/attention-tuning.md, BENCHMARKS.md): d128 577-652 TFLOP/s, 0.96-1.04x cuDNN SDPA; d64
+0.82-0.91x.
 """
 LOG2E = 1.4426950408889634
 MASKED = -1e30   # not -inf: a row masked in a whole tile must not give exp2(-inf + inf) = NaN
@@ -96,9 +102,10 @@ def grid_prim_func(T, body, varlen: bool, HQ, HK, D: int, dtype: str, block_M: i
 
 
 def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int = 2, dtype: str = "bfloat16",
-                        persistent: bool = False):
-    """persistent (fixed length only): min(items, SM_COUNT) CTAs walk the (row-block pair, head,
-    batch) work items, so the next tile's K/V loads and Q run under this tile's epilogue."""
+                        persistent: bool = False, tree: int = 0):
+    """persistent: min(items, SM_COUNT) CTAs walk the (row-block pair, head, batch) work items, so the
+    next tile's K/V loads and Q run under this tile's epilogue.  tree: column classes a row for the
+    softmax's max / sum chains (0: tilelang's reduce)."""
     import tilelang
     import tilelang.language as T
 
@@ -138,29 +145,41 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
             T.barrier_arrive(vfull[s])
 
     @T.macro
-    def stats(acc_s, m, m_prev, rescale, row_sum, l, t, rows0, off, Sk, causal, scale):
+    def stats(acc_s, m, m_prev, rescale, row_sum, l, mp, t, rows0, off, Sk, causal, scale):
         # online-softmax statistics of tile t; touches neither acc_o nor acc_p (P V may be running)
         if (t + 1) * block_N > Sk or (causal and (t + 1) * block_N - 1 > rows0 + off):
             for i, j in T.Parallel(half, block_N):
                 acc_s[i, j] = T.if_then_else(
                     t * block_N + j >= Sk or (causal and rows0 + i + off < t * block_N + j), MASKED, acc_s[i, j])
         T.copy(m, m_prev)
-        T.reduce_max(acc_s, m, dim=1, clear=False)
+        if tree:   # `tree` column classes a row: independent max / sum chains, the sum's shuffles at the end
+            T.fill(mp, MASKED)
+            for i, j in T.Parallel(half, block_N):
+                mp[i, j % tree] = T.max(mp[i, j % tree], acc_s[i, j])
+            T.reduce_max(mp, m, dim=1, clear=False)
+        else:
+            T.reduce_max(acc_s, m, dim=1, clear=False)
         for i in T.Parallel(half):
             rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
         for i, j in T.Parallel(half, block_N):
             acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m[i] * scale)
-        T.reduce_sum(acc_s, row_sum, dim=1)
-        for i in T.Parallel(half):
-            l[i] = l[i] * rescale[i] + row_sum[i]
+        if tree:   # row_sum: the running partial sums of each column class
+            for i, j in T.Parallel(half, tree):
+                row_sum[i, j] *= rescale[i]
+            for i, j in T.Parallel(half, block_N):
+                row_sum[i, j % tree] += acc_s[i, j]
+        else:
+            T.reduce_sum(acc_s, row_sum, dim=1)
+            for i in T.Parallel(half):
+                l[i] = l[i] * rescale[i] + row_sum[i]
 
     @T.macro
     def mainloop(fr, rows0, Sk, off, n_tiles, g, causal, scale, q_s, k_s, v_s, kfull, kempty, vfull, vempty,
                  mine, other):
         # S = Q K^T and softmax of every tile, O += P V of all but the last; Q is free afterwards
-        acc_s, acc_p, acc_o, m, m_prev, rescale, row_sum, l = fr
+        acc_s, acc_p, acc_o, m, m_prev, rescale, row_sum, l, mp = fr
         T.clear(acc_o)
-        T.clear(l)
+        T.clear(row_sum if tree else l)
         T.fill(m, MASKED)
         for t in T.serial(n_tiles):
             s = (g + t) % stages
@@ -172,7 +191,7 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
                 T.wait_wgmma(0)
                 T.warpgroup_fence_operand(acc_s, num_regs=nreg_s)
                 T.barrier_arrive(kempty[s])
-                stats(acc_s, m, m_prev, rescale, row_sum, l, t, rows0, off, Sk, causal, scale)
+                stats(acc_s, m, m_prev, rescale, row_sum, l, mp, t, rows0, off, Sk, causal, scale)
             else:
                 sp = (g + t - 1) % stages
                 T.mbarrier_wait_parity(vfull[sp], ((g + t - 1) // stages) % 2)
@@ -181,7 +200,7 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
                 T.wait_wgmma(1)                                      # S done, P V still running
                 T.warpgroup_fence_operand(acc_s, num_regs=nreg_s)
                 T.barrier_arrive(kempty[s])
-                stats(acc_s, m, m_prev, rescale, row_sum, l, t, rows0, off, Sk, causal, scale)
+                stats(acc_s, m, m_prev, rescale, row_sum, l, mp, t, rows0, off, Sk, causal, scale)
                 T.wait_wgmma(0)                                      # P V done: acc_p and acc_o free
                 T.warpgroup_fence_operand(acc_o, num_regs=nreg_o)
                 T.barrier_arrive(vempty[sp])
@@ -192,7 +211,7 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
     @T.macro
     def epilogue(fr, out, lse, b, h, q0, rows0, Sq, off, n_tiles, g, causal, scale, o_s, v_s, vfull, vempty, bar):
         # the last tile's P V, then O / l -> o_s -> TMA store, and lse
-        acc_s, acc_p, acc_o, m, m_prev, rescale, row_sum, l = fr
+        acc_s, acc_p, acc_o, m, m_prev, rescale, row_sum, l, mp = fr
         if n_tiles > 0:
             sp = (g + n_tiles - 1) % stages
             T.mbarrier_wait_parity(vfull[sp], ((g + n_tiles - 1) // stages) % 2)
@@ -200,6 +219,8 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
             T.wait_wgmma(0)
             T.warpgroup_fence_operand(acc_o, num_regs=nreg_o)
             T.barrier_arrive(vempty[sp])
+        if tree:
+            T.reduce_sum(row_sum, l, dim=1)
         # rows that see no key: 0 and lse -inf (causal: i + off < 0; else Sk == 0)
         for i, j in T.Parallel(half, D):
             acc_o[i, j] = T.if_then_else(l[i] > 0 and (not causal or rows0 + i + off >= 0), acc_o[i, j] / l[i], 0)
@@ -230,8 +251,9 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
                 T.alloc_fragment((half,), f32),            # m (running max, raw scores)
                 T.alloc_fragment((half,), f32),            # m_prev
                 T.alloc_fragment((half,), f32),            # rescale
-                T.alloc_fragment((half,), f32),            # row_sum
-                T.alloc_fragment((half,), f32))            # l
+                T.alloc_fragment((half, tree) if tree else (half,), f32),   # row_sum (tree: partial sums)
+                T.alloc_fragment((half,), f32),            # l
+                T.alloc_fragment((half, tree), f32) if tree else None)   # mp: partial maxima
 
     @T.macro
     def consumer(q, out, lse, b, h, q0, rows0, Sq, Sk, n_tiles, causal, scale,

@@ -22,7 +22,9 @@ The softmax is the critical path, so its row statistics are latency-shaped (`tre
 reduce gives each thread one chain of 32 dependent FMNMX (and FADD) a row, plus quad shuffles for
 the sum every tile; with tree = 8 each row's max and sum run as two chains a thread (column classes
 j % 8, four independent chains in flight), and the sum stays partial per thread until the
-epilogue: +3-10% at d128 (round 7).
+epilogue: +3-10% at d128 (round 7).  `lazy` (FlashAttention-4): a row's running max stays stale
+unless it grew by more than 2^lazy (P <= 2^lazy, exact after the final O / l), and O's rescale runs
+behind a branch only when one of the thread's rows moved: +1-3% at d64, slower at d128 (round 8).
 
 Barriers: kfull/vfull[s] count 128 (the producer warpgroup) + TMA bytes; kempty/vempty[s] count 256
 (both consumers).  Parity is unambiguous: the producer cannot refill slot s for tile t + stages
@@ -49,7 +51,7 @@ owning the slots from cu_seqlens_q[b] // 256 + b on (`locate_varlen`), so the ho
 count (TQ // 256 + batch) and no CTA is launched for the rows a short sequence lacks; the grid form
 launched ceil(max_seqlen / 128) row blocks for every sequence.  Measured on the H200
 (docs/attention-tuning.md, BENCHMARKS.md): d128 577-652 TFLOP/s, 0.96-1.04x cuDNN SDPA; d64
-0.82-0.91x.
+0.84-0.93x.
 """
 LOG2E = 1.4426950408889634
 MASKED = -1e30   # not -inf: a row masked in a whole tile must not give exp2(-inf + inf) = NaN
@@ -102,10 +104,11 @@ def grid_prim_func(T, body, varlen: bool, HQ, HK, D: int, dtype: str, block_M: i
 
 
 def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int = 2, dtype: str = "bfloat16",
-                        persistent: bool = False, tree: int = 0):
+                        persistent: bool = False, tree: int = 0, lazy: int = 0):
     """persistent: min(items, SM_COUNT) CTAs walk the (row-block pair, head, batch) work items, so the
     next tile's K/V loads and Q run under this tile's epilogue.  tree: column classes a row for the
-    softmax's max / sum chains (0: tilelang's reduce)."""
+    softmax's max / sum chains (0: tilelang's reduce).  lazy: FlashAttention-4's lazy rescale, the
+    running max kept unless it grew by more than 2^lazy (0: off)."""
     import tilelang
     import tilelang.language as T
 
@@ -159,6 +162,9 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
             T.reduce_max(mp, m, dim=1, clear=False)
         else:
             T.reduce_max(acc_s, m, dim=1, clear=False)
+        if lazy:   # FlashAttention-4: keep a stale max unless it grew by more than 2^lazy (P <= 2^lazy)
+            for i in T.Parallel(half):
+                m[i] = T.if_then_else((m[i] - m_prev[i]) * scale > lazy, m[i], m_prev[i])
         for i in T.Parallel(half):
             rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
         for i, j in T.Parallel(half, block_N):
@@ -204,8 +210,17 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
                 T.wait_wgmma(0)                                      # P V done: acc_p and acc_o free
                 T.warpgroup_fence_operand(acc_o, num_regs=nreg_o)
                 T.barrier_arrive(vempty[sp])
-                for i, j in T.Parallel(half, D):
-                    acc_o[i, j] *= rescale[i]
+                if lazy:   # a branch, not predicated FMULs: skipped when no row of this thread moved
+                    need = T.alloc_var("int32", init=0)
+                    for i in T.Parallel(half):
+                        if rescale[i] != 1:
+                            need = 1
+                    if need:
+                        for i, j in T.Parallel(half, D):
+                            acc_o[i, j] *= rescale[i]
+                else:
+                    for i, j in T.Parallel(half, D):
+                        acc_o[i, j] *= rescale[i]
             T.copy(acc_s, acc_p)
 
     @T.macro

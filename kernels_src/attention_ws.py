@@ -284,23 +284,28 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
         epilogue(fr, out, lse, b, h, q0, rows0, Sq, Sk - Sq, n_tiles, 0, causal, scale, q_s, v_s, vfull, vempty,
                  mine + 2)
 
-    @T.macro
-    def body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0):
+    def buffers(own_o: bool):
+        # a CTA's shared memory and barriers: (q1_s, q2_s, o1_s, o2_s, k_s, v_s, kfull, kempty, vfull,
+        # vempty, q1_full, q2_full); o*_s only with own_o (persistent), else None (O reuses Q's tile)
         q1_s = T.alloc_shared((half, D), dtype)
         q2_s = T.alloc_shared((half, D), dtype)
-        k_s = T.alloc_shared((stages, block_N, D), dtype)
-        v_s = T.alloc_shared((stages, block_N, D), dtype)
-        kfull = T.alloc_barrier([128] * stages)
-        kempty = T.alloc_barrier([256] * stages)
-        vfull = T.alloc_barrier([128] * stages)
-        vempty = T.alloc_barrier([256] * stages)
-        q1_full = T.alloc_barrier(arrive_count=128)
-        q2_full = T.alloc_barrier(arrive_count=128)
+        o_s = (T.alloc_shared((half, D), dtype), T.alloc_shared((half, D), dtype)) if own_o else (None, None)
         T.annotate_layout({q1_s: tilelang.layout.make_swizzled_layout(q1_s),
                            q2_s: tilelang.layout.make_swizzled_layout(q2_s)})
+        return (q1_s, q2_s, *o_s, T.alloc_shared((stages, block_N, D), dtype),
+                T.alloc_shared((stages, block_N, D), dtype), T.alloc_barrier([128] * stages),
+                T.alloc_barrier([256] * stages), T.alloc_barrier([128] * stages), T.alloc_barrier([256] * stages),
+                T.alloc_barrier(arrive_count=128), T.alloc_barrier(arrive_count=128))
+
+    def log2_scale(softmax_scale):
+        return T.if_then_else(softmax_scale > 0, softmax_scale, T.rsqrt(T.cast(D, f32))) * LOG2E
+
+    @T.macro
+    def body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0):
+        q1_s, q2_s, _, _, k_s, v_s, kfull, kempty, vfull, vempty, q1_full, q2_full = buffers(False)
         T.sync_threads()
         r0 = bx * block_M
-        scale = T.if_then_else(softmax_scale > 0, softmax_scale, T.rsqrt(T.cast(D, f32))) * LOG2E
+        scale = log2_scale(softmax_scale)
         n_tiles = tiles_of(causal, r0, Sq, Sk)
         tx = T.get_thread_binding()
         if tx < 128:
@@ -407,25 +412,12 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
     def persistent_kernel(q, k, v, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, items, causal, softmax_scale, SM_COUNT):
         # no tile (no sequence, or HQ = 0): a grid of 0, and the launcher skips the launch
         with T.Kernel(T.min(items, SM_COUNT), threads=384) as bx:
-            q1_s = T.alloc_shared((half, D), dtype)
-            q2_s = T.alloc_shared((half, D), dtype)
-            o1_s = T.alloc_shared((half, D), dtype)
-            o2_s = T.alloc_shared((half, D), dtype)
-            k_s = T.alloc_shared((stages, block_N, D), dtype)
-            v_s = T.alloc_shared((stages, block_N, D), dtype)
-            kfull = T.alloc_barrier([128] * stages)
-            kempty = T.alloc_barrier([256] * stages)
-            vfull = T.alloc_barrier([128] * stages)
-            vempty = T.alloc_barrier([256] * stages)
-            q1_full = T.alloc_barrier(arrive_count=128)
-            q2_full = T.alloc_barrier(arrive_count=128)
-            T.annotate_layout({q1_s: tilelang.layout.make_swizzled_layout(q1_s),
-                               q2_s: tilelang.layout.make_swizzled_layout(q2_s)})
+            q1_s, q2_s, o1_s, o2_s, k_s, v_s, kfull, kempty, vfull, vempty, q1_full, q2_full = buffers(True)
             g = T.alloc_var("int32")
             T.sync_threads()
             grid = T.min(items, SM_COUNT)
             nit = 2 * T.ceildiv(items - bx, grid)   # two tiles (a row-block pair) per work item
-            scale = T.if_then_else(softmax_scale > 0, softmax_scale, T.rsqrt(T.cast(D, f32))) * LOG2E
+            scale = log2_scale(softmax_scale)
             g = 0
             tx = T.get_thread_binding()
             if tx < 128:

@@ -1,23 +1,29 @@
 """bf16/fp16 GEMM: out[M, N] = a[M, K] @ b[N, K]^T (+ bias[N]), fp32 accumulation, rounded once.
 
 M, N, K are run-time sizes.  Every variant loads tiles with TMA (zero-filled out of bounds, so any
-M, N, K work; TMA needs 16-byte row strides, so K and N must be multiples of 8) into a pipelined
-WGMMA K loop that tilelang warp-specializes (it adds a producer warpgroup), after tilelang's
-Hopper GEMM example.  Shape classes (`CLASSES`, measured on the H200 beside cuBLAS, see
-BENCHMARKS.md; `tkreg.explain` shows which one a call gets):
+M, N, K work; TMA needs 16-byte row strides, so K and N must be multiples of 8).  Where 128-row
+tiles fill the SMs, the hand-written warp-specialized persistent tile (kernels_src/gemm_ws.py: a
+producer warpgroup, two 64-row consumers, the next tile's loads under this tile's epilogue);
+elsewhere a pipelined WGMMA K loop that tilelang warp-specializes, after tilelang's Hopper GEMM
+example.  Shape classes (`CLASSES`, measured on the H200 beside cuBLAS, see BENCHMARKS.md;
+`tkreg.explain` shows which one a call gets):
   decode M <= 32   swap-AB: the tile computes out^T = b @ a^T, so 64 weight rows fill WGMMA's M
                    side and the 16 or 32 tokens its N side; 8 stages of 64x128 weight tiles keep
                    ~128 KB in flight per SM.  Streams the weights at 88-95% of copy bandwidth
                    (a 64-row token tile instead wastes TMA work on out-of-bounds rows: 60-80%).
   decode M <= 64   64x64 tiles (64x256 when N >= 16384), 6 stages.
-  mid / large      the biggest tile whose grid still covers 3/4 of the SMs: 128x256 (4 stages),
-                   then 128x128x128, then 64x128x128, then 64x64.
+  large / mid      warp-specialized 128-row tiles, N width 256, 224, 128 or 112: the one whose
+                   grid wastes least of its last wave (`best_width`; e.g. N = 7168 at M = 512-2048
+                   takes 224: 32 tiles a row block, not 28 that leave a quarter of a wave idle);
+                   below that 64x128x128, then 64x64 (tilelang's pipelined loop).
 Split-K was measured too and lost to these at every decode shape (the reduce pass costs more than
 the extra CTAs give), so there is none.
 sm_100a gets tcgen05 + tensor-memory kernels instead (kernels_src/gemm_sm100.py: 128-row tiles,
 128x256 where the grid fills the SMs, else 128x128); compiled and SASS-checked, never run here.
 """
 from tkreg.spec import OpSpec, Tensor, Variant
+
+from .gemm_ws import PASS_CONFIGS as WS_PASS_CONFIGS
 
 DTYPES = ("bfloat16", "float16")
 
@@ -65,10 +71,19 @@ def gemm_kernel(block_M: int, block_N: int, block_K: int, stages: int, threads: 
     return gemm_prim_func(T, body, M, N, K, dtype, bias)
 
 
-def gemm_prim_func(T, body, M, N, K, dtype: str, bias: bool):
-    """The op's kernel signature around `body(a, b, bias or None, out)` (Hopper and Blackwell)."""
+def gemm_prim_func(T, body, M, N, K, dtype: str, bias: bool, sm_count=None):
+    """The op's kernel signature around `body(a, b, bias or None, out)` (Hopper and Blackwell); a
+    persistent kernel also takes the SM count (`sm_count`, the SM_COUNT symbol)."""
     A, B, O = T.Tensor((M, K), dtype), T.Tensor((N, K), dtype), T.Tensor((M, N), dtype)
-    if bias:
+    if sm_count is not None and bias:
+        @T.prim_func
+        def gemm(a: A, b: B, bias: T.Tensor((N,), dtype), out: O, SM_COUNT: sm_count):
+            body(a, b, bias, out)
+    elif sm_count is not None:
+        @T.prim_func
+        def gemm(a: A, b: B, out: O, SM_COUNT: sm_count):
+            body(a, b, None, out)
+    elif bias:
         @T.prim_func
         def gemm(a: A, b: B, bias: T.Tensor((N,), dtype), out: O):
             body(a, b, bias, out)
@@ -79,11 +94,15 @@ def gemm_prim_func(T, body, M, N, K, dtype: str, bias: bool):
     return gemm
 
 
-def gemm_factory(arch: str = "sm_90a", shape_class: str = "", **params):
-    """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it."""
+def gemm_factory(arch: str = "sm_90a", shape_class: str = "", mma: str = "wgmma", **params):
+    """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it.
+    mma="ws": the hand-written warp-specialized persistent tile (kernels_src/gemm_ws.py, sm_90a)."""
     if arch == "sm_100a":
         from .gemm_sm100 import gemm_tcgen05_kernel
         return gemm_tcgen05_kernel(**params)
+    if mma == "ws":
+        from .gemm_ws import gemm_ws_kernel
+        return gemm_ws_kernel(**params)
     return gemm_kernel(**params)
 
 
@@ -96,6 +115,26 @@ def fills(bm: int, bn: int) -> str:
     return f"4 * {_tiles(bm, bn)} >= 3 * SM_COUNT"
 
 
+# The warp-specialized tiles' N widths and their efficiency per tile (%, relative to 256; measured
+# on the H200 where wave counts tie, docs/gemm-tuning.md).  A shape gets the width whose useful
+# fraction of the issued waves, times that efficiency, is highest: useful / issued work is
+# M N / (rounds * SM_COUNT * 128 * w) with rounds = ceil(tiles / SM_COUNT), so width w beats v when
+# k_w * rounds_v * v >= k_v * rounds_w * w (e.g. N = 7168: 224-wide tiles at M = 512-2048, where 256
+# leaves a quarter of the last wave idle).
+WS_WIDTHS = {256: 100, 224: 97, 128: 90, 112: 87}
+
+
+def _rounds(bm: int, bn: int) -> str:
+    return f"(({_tiles(bm, bn)} + SM_COUNT - 1) // SM_COUNT)"
+
+
+def best_width(w: int) -> str:
+    """Rule: the 128-row WS tile of width w fills the SMs and has the best score of WS_WIDTHS."""
+    return " and ".join([fills(128, w)] + [f"{WS_WIDTHS[w] * v} * {_rounds(128, v)} >= {WS_WIDTHS[v] * w} * {_rounds(128, w)}"
+                                           for v in WS_WIDTHS if v != w])
+
+
+WS = dict(mma="ws", block_M=128, block_K=64, panel=10)
 # (name, tile params, rule, priority): higher priority is tried first; the last has no rule.
 CLASSES = (
     ("decode-wide", dict(block_M=64, block_N=256, block_K=64, stages=4, threads=256),
@@ -104,8 +143,10 @@ CLASSES = (
      "M <= 16", 60),
     ("decode-32", dict(block_M=32, block_N=64, block_K=128, stages=8, threads=128, swap_ab=True),
      "M <= 32", 50),
-    ("large", dict(block_M=128, block_N=256, block_K=64, stages=4, threads=256), fills(128, 256), 30),
-    ("mid-128", dict(block_M=128, block_N=128, block_K=128, stages=3, threads=256), fills(128, 128), 20),
+    ("large", dict(WS, block_N=256, stages=4, epi=128), best_width(256), 30),
+    ("large-224", dict(WS, block_N=224, stages=4, epi=32), best_width(224), 29),
+    ("mid-128", dict(WS, block_N=128, stages=6, epi=128), best_width(128), 20),
+    ("mid-112", dict(WS, block_N=112, stages=6, epi=112), best_width(112), 19),
     ("mid-64", dict(block_M=64, block_N=128, block_K=128, stages=4, threads=128), fills(64, 128), 10),
     ("small", dict(block_M=64, block_N=64, block_K=128, stages=6, threads=128), None, 0),
 )
@@ -124,7 +165,7 @@ def shape_variants(classes, arch: str, dtypes=DTYPES, bias=(False, True)) -> tup
                 has = "has_bias" if b else "not has_bias"
                 out.append(Variant(dict(params, dtype=dtype, bias=b, shape_class=name),
                                    rule=f"{has} and ({rule})" if rule else has, priority=priority,
-                                   archs=(arch,)))
+                                   archs=(arch,), pass_configs=WS_PASS_CONFIGS if params.get("mma") == "ws" else ()))
     return tuple(out)
 
 

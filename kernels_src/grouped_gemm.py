@@ -26,7 +26,9 @@ index out with int32 (variant rule: out's element count < 2^31).
 
 Tiles follow kernels_src/gemm.py / fp8_gemm.py (TMA loads, T.Pipelined K loop warp-specialized by
 tilelang, WGMMA): bf16 128x256x64 (4 stages) where the grid covers the SMs, else 128x128x128;
-masked with Mmax <= 64: 64x128.  FP8 on sm_90a: 128x128 on the hand-written warp-specialized
+masked with Mmax <= 64: 64x128.  bf16/fp16 contiguous where 128x256 tiles cover the SMs: the dense
+op's hand-written warp-specialized persistent tile (kernels_src/gemm_ws.py), which finds each tile's
+expert with `expert_macro` too.  FP8 on sm_90a: 128x128 on the hand-written warp-specialized
 tile (kernels_src/fp8_ws.py, which promotes block k under block k+1's WGMMAs; the tile finds its
 expert with `expert_macro` like these kernels); Mmax <= 64: 64x128 here.  sm_100a: bf16/fp16 on
 tcgen05 (kernels_src/grouped_gemm_sm100.py, 128-row tiles); FP8 runs this pipelined Hopper kernel
@@ -73,6 +75,22 @@ def ws_kernel(layout: str, persistent: bool = False, **params):
     sms = T.dynamic("SM_COUNT") if persistent else None
     body = fp8_ws_body(T, layout, M, N, K, E, expert_of=expert_macro(T, contiguous, M, E), sm_count=sms, **params)
     return prim_func(T, body, contiguous, M, N, K, E, FP8, "bfloat16", True, sm_count=sms)
+
+
+def bf16_ws_kernel(layout: str, dtype: str = "bfloat16", **params):
+    """bf16/fp16 contiguous grouped GEMM on the dense op's warp-specialized persistent tile
+    (kernels_src/gemm_ws.py): each tile finds its expert with `expert_macro`."""
+    import tilelang.language as T
+    from .gemm_ws import gemm_ws_body
+
+    assert layout == "contiguous"
+    M, N, K, E, sms = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E"), T.dynamic("SM_COUNT")
+    ws_body = gemm_ws_body(T, M, N, K, sms, dtype=dtype, expert_of=expert_macro(T, True, M, E), **params)
+
+    @T.macro
+    def body(a, a_scale, b, b_scale, groups, out):
+        ws_body(a, b, None, groups, out)
+    return prim_func(T, body, True, M, N, K, E, dtype, dtype, False, sm_count=sms)
 
 
 def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: int, threads: int,
@@ -187,6 +205,11 @@ def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: s
         SA = T.StridedTensor((E, M, KB), (T.dynamic("sae"), T.dynamic("sam"), T.dynamic("sak")), "float32")
     B = T.Tensor((E, N, K), in_dtype)
     SB = T.Tensor((E, T.ceildiv(N, GROUP), KB), "float32")
+    if not fp8 and sm_count is not None:
+        @T.prim_func
+        def grouped_gemm(a: A, b: B, group_offsets: G, out: O, SM_COUNT: sm_count):
+            body(a, None, b, None, group_offsets, out)
+        return grouped_gemm
     if fp8 and sm_count is not None and contiguous:
         @T.prim_func
         def fp8_grouped_gemm(a: A, a_scale: SA, b: B, b_scale: SB, group_offsets: G, out: O, SM_COUNT: sm_count):
@@ -227,8 +250,8 @@ def factory(arch: str = "sm_90a", shape_class: str = "", mma: str = "wgmma", **p
         params.pop("fp8")
         return grouped_tcgen05_kernel(**params)
     if mma == "ws":
-        assert arch == "sm_90a" and params.pop("fp8")
-        return ws_kernel(**params)
+        assert arch == "sm_90a"
+        return ws_kernel(**params) if params.pop("fp8") else bf16_ws_kernel(**params)
     return grouped_kernel(**params)
 
 
@@ -246,8 +269,11 @@ FP8_SMALL = dict(block_M=64, block_N=128, stages=6, threads=128, prefetch=2)
 # (name, tile, rule, priority) per layout; the last of each has no rule.  Contiguous: the grid is
 # M / block_M tiles whatever the expert count, so gemm's "covers 3/4 of the SMs" rule applies.
 # Masked: Mmax (a capacity, not the counts) picks the row tile.
+# Contiguous large: the dense op's warp-specialized persistent 128x256 tile (kernels_src/gemm_ws.py):
+# +2-11% over the pipelined LARGE tile on every contiguous case (docs/sweeps/grouped_ws_r1.py).
+WS_LARGE = dict(mma="ws", block_M=128, block_N=256, block_K=64, stages=4, epi=128, panel=10)
 BF16_CLASSES = {
-    "contiguous": (("large", LARGE, _fills(128, 256, "M"), 10), ("mid", MID, None, 0)),
+    "contiguous": (("ws-large", WS_LARGE, _fills(128, 256, "M"), 10), ("mid", MID, None, 0)),
     "masked": (("large", LARGE, "M > 64", 10), ("small", SMALL, None, 0)),
 }
 # sm_90a: the 128-row tiles are the hand-written warp-specialized tile (kernels_src/fp8_ws.py),

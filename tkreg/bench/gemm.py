@@ -3,11 +3,12 @@
 
 Compute-bound shapes report TFLOP/s; decode shapes (M <= 64) report GB/s over the weight bytes
 and % of the measured copy bandwidth.  Every time is `queued_ms` (calls queued behind a spin
-kernel), so host launch cost never counts against the faster kernel.
+kernel), so host launch cost never counts against the faster kernel; bf16 and cuBLAS take their
+runs in turn (`queued_ms_paired`), so the clock's drift as the GPU heats hits both alike.
 """
 from __future__ import annotations
 
-from .timing import Row, queued_ms, rotations, try_ms, need_torch
+from .timing import Row, queued_ms, queued_ms_paired, rotations, try_ms, need_torch
 
 PREFILL = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 7168, 2048), (4096, 28672, 4096), (4096, 4096, 14336)]
 MID = [(m, n, k) for m in (128, 256, 512, 1024, 2048) for n, k in ((8192, 8192), (7168, 2048), (4096, 14336))]
@@ -38,8 +39,7 @@ def bf16_cases(shapes, ceiling, progress):
         sets = rotations(lambda: (torch.randn(m, k, dtype=torch.bfloat16, device="cuda"),
                                   torch.randn(n, k, dtype=torch.bfloat16, device="cuda")), 2 * (m * k + n * k + m * n))
         r = _reps(m, n, k)
-        ours = queued_ms(tkreg.ops.gemm, sets, reps=r)
-        cublas = queued_ms(lambda a, b: torch.matmul(a, b.t()), sets, reps=r)
+        ours, cublas = queued_ms_paired([tkreg.ops.gemm, lambda a, b: torch.matmul(a, b.t())], sets, reps=r, runs=5)
         rows += _rows("gemm", f"M={m} N={n} K={k}", m, n, k, 2 * n * k, ceiling, ours, {"cuBLAS": cublas})
         del sets
         progress()

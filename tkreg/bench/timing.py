@@ -49,21 +49,30 @@ def queued_ms(fn, arg_sets, reps=50, warmup=3) -> float:
     runs of `reps`): what a stream of back-to-back calls costs on the GPU.  Events around one
     call on an idle stream would also time the host's launch work (tens of µs on a slow VM),
     which hides the difference between kernels of a few tens of µs."""
+    return queued_ms_paired([fn], arg_sets, reps, warmup)[0]
+
+
+def queued_ms_paired(fns, arg_sets, reps=50, warmup=3, runs=3) -> list:
+    """queued_ms of each of `fns`, their runs taken in turn (A B A B ...): a compute-bound GEMM
+    heats the GPU within tens of ms and its clock drifts down, which would favour whichever
+    kernel was timed first; taken in turn, both see the same drift."""
     torch = need_torch()
-    for i in range(warmup):
-        fn(*arg_sets[i % len(arg_sets)])
+    for fn in fns:
+        for i in range(warmup):
+            fn(*arg_sets[i % len(arg_sets)])
     torch.cuda.synchronize()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    per = []
-    for _ in range(3):
-        torch.cuda._sleep(min(60_000 * reps, 40_000_000))   # ~30 µs of spin per queued call
-        s.record()
-        for i in range(reps):
-            fn(*arg_sets[i % len(arg_sets)])
-        e.record()
-        torch.cuda.synchronize()
-        per.append(s.elapsed_time(e) / reps)
-    return statistics.median(per)
+    per = [[] for _ in fns]
+    for _ in range(runs):
+        for j, fn in enumerate(fns):
+            torch.cuda._sleep(min(60_000 * reps, 40_000_000))   # ~30 µs of spin per queued call
+            s.record()
+            for i in range(reps):
+                fn(*arg_sets[i % len(arg_sets)])
+            e.record()
+            torch.cuda.synchronize()
+            per[j].append(s.elapsed_time(e) / reps)
+    return [statistics.median(p) for p in per]
 
 
 def host_us(fn, n=20000) -> float:

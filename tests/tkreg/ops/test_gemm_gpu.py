@@ -38,7 +38,8 @@ def calc_diff(x, y):
 # (M, N) per shape class on the H200 (132 SMs); kernels_src/gemm.py CLASSES
 CLASS_SHAPES = [(1, 1000, "block_M=16,"), (17, 4096, "block_M=32,"), (5, 16384, "block_N=256,"),
                 (64, 8192, "block_M=64,block_N=64,"), (128, 8192, "block_M=64,block_N=128,"),
-                (256, 8192, "block_K=128,block_M=128,block_N=128,"), (1024, 4096, "block_M=128,block_N=256,")]
+                (256, 8192, "block_K=64,block_M=128,block_N=128,mma=ws,"), (256, 7168, "block_N=112,mma=ws,"),
+                (1024, 4096, "block_M=128,block_N=256,mma=ws,"), (1024, 7168, "block_N=224,mma=ws,")]
 
 
 @pytest.mark.parametrize("dt", [BF16, FP16])
@@ -59,7 +60,7 @@ def test_gemm_every_class(m, n, tile, bias, dt, seed):
 
 
 @pytest.mark.parametrize("m", [0, 1, 37, 63, 65, 4097])
-@pytest.mark.parametrize("n, k", [(1000, 5128), (24, 8), (20488, 264)])
+@pytest.mark.parametrize("n, k", [(1000, 5128), (24, 8), (20488, 264), (4104, 8)])
 def test_gemm_odd_sizes(m, n, k, seed):
     a, b = torch.randn(m, k, dtype=BF16, device="cuda"), torch.randn(n, k, dtype=BF16, device="cuda")
     y = ops.gemm(a, b)

@@ -58,6 +58,7 @@ def fp8_masked(e, mmax, n, k):
                                        (128, 7168, "mid"), (1000, 2048, "mid"), (3000, 2048, "large")])
 def test_contiguous_classes(m, n, cls, dt, arch):
     e = tkreg.explain("grouped_gemm", *contiguous(m, n, 512, 8, dt), arch=arch, sm_count=132)
+    cls = "ws-large" if cls == "large" and arch == "sm_90a" else cls     # the warp-specialized tile
     assert f"shape_class={cls}," in e.chosen and f"dtype={str(dt)[6:]}" in e.chosen, str(e)
 
 

@@ -52,7 +52,7 @@ CONTIGUOUS = [  # (expert sizes, N, K, class on an H200)
     ([300, 0, 1, 128, 0, 77], 1000, 1032, "mid"),            # empty, single-row, unaligned total
     ([1, 1, 1], 24, 8, "mid"),                               # single-row experts, tiny N, K
     ([0, 0, 0, 0], 512, 256, "mid"),                         # every expert empty: nothing written
-    ([2048, 1500, 0, 2049], 2048, 520, "large"),
+    ([2048, 1500, 0, 2049], 2048, 520, "ws-large"),            # persistent WS tile: partial tiles, a tail
 ]
 
 

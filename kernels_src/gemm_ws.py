@@ -2,7 +2,8 @@
 op as kernels_src/gemm.py (out = a @ b^T (+ bias), fp32 accumulation, rounded once), scheduled as
 CUTLASS's warp-specialized persistent kernels are, after kernels_src/fp8_ws.py (its proofs of the
 mbarrier ring and the persistent walk hold here unchanged; bf16 needs no promotion, so a
-consumer's whole tile row block is one WGMMA chain into one accumulator).
+consumer's whole tile row block is one WGMMA chain into one accumulator).  This module is the body
+only; the ops' signatures wrap it (kernels_src/gemm.py `ws_kernel`, grouped_gemm.py `bf16_ws_kernel`).
 
 One CTA a SM (`SM_COUNT`), tiles bx, bx + grid, ... in panels of `panel` M tiles swept along N.
   producer (threads 0-127, setmaxnreg 40): for every K block of every tile, slot s = g % stages
@@ -33,20 +34,6 @@ Measured on the H200 (docs/gemm-tuning.md, BENCHMARKS.md): 0.98-1.12x cuBLAS on 
 bit for bit the pipelined kernel's output.
 """
 PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memory_reuse": True}
-
-
-def gemm_ws_kernel(bias: bool = False, dtype: str = "bfloat16", **params):
-    """The dense op (kernels_src/gemm.py's signature)."""
-    import tilelang.language as T
-    from .gemm import gemm_prim_func
-
-    M, N, K, sms = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("SM_COUNT")
-    body = gemm_ws_body(T, M, N, K, sms, bias=bias, dtype=dtype, **params)
-
-    @T.macro
-    def dense(a, b, bias_, out):
-        body(a, b, bias_, None, out)
-    return gemm_prim_func(T, dense, M, N, K, dtype, bias, sm_count=sms)
 
 
 def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_K: int = 64, stages: int = 4,
@@ -156,7 +143,7 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
         if pingpong:   # the CTA's tiles c, c + 2, ...: tile j's K blocks are ring entries j nk ..
             for t in T.serial(T.ceildiv(T.ceildiv(ntiles - bx, grid) - c, 2)):
                 locate(bx + (c + 2 * t) * grid, m0, n0)
-                consumer(bias_, out, m0, n0, 0, nk, hi, (c + 2 * t) * nk, 1 + c, a_s, b_s, c_s, full, empty, acc, c)
+                consumer(bias_, out, m0, n0, 0, nk, 0, (c + 2 * t) * nk, 1 + c, a_s, b_s, c_s, full, empty, acc, c)
         else:
             for t in T.serial(T.ceildiv(ntiles - bx, grid)):
                 locate(bx + t * grid, m0, n0)

@@ -32,11 +32,11 @@ CHECKS = [(1, 8, 8), (37, 264, 72), (300, 7168, 2056), (129, 520, 4096), (1000, 
 
 
 def factory(cfg: int, arch: str = "sm_90a", **kw):   # cfg: in the variant key only
-    from kernels_src.gemm_ws import gemm_ws_kernel
-    return gemm_ws_kernel(**kw)
+    from kernels_src.gemm import ws_kernel
+    return ws_kernel(**kw)
 
 
-def specs(cfgs):
+def make_specs(cfgs):
     from kernels_src import gemm as G
     from kernels_src.gemm_ws import PASS_CONFIGS
     spec = G.SPECS[0]
@@ -49,7 +49,7 @@ def specs(cfgs):
                    archs=("sm_90a",), reference=spec.reference),)
 
 
-SPECS = specs(CFGS)
+SPECS = make_specs(CFGS)
 
 
 def checks(cfg: int) -> list:

@@ -19,7 +19,7 @@ B = R.BASE
 CFGS = [B, dict(B, block_N=224, epi=32), dict(B, block_N=224, stages=3, epi=224), dict(B, block_N=112, stages=6, epi=112),
         dict(B, block_N=56, stages=8, epi=56), dict(B, block_N=128, stages=6), dict(B, block_N=64, stages=8, epi=64),
         dict(B, block_N=32, stages=8, epi=32)]
-SPECS = R.specs(CFGS)
+SPECS = R.make_specs(CFGS)
 
 if __name__ == "__main__":
     R.main(__file__, len(CFGS))

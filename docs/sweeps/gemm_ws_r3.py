@@ -22,7 +22,7 @@ B = R.BASE
 P = dict(B, pingpong=True)
 CFGS = [B, dict(B, block_N=224, epi=32), dict(B, block_N=128, stages=6), dict(P, block_N=128, epi=64),
         dict(P, block_N=128, stages=6, epi=32), dict(P, block_N=192, epi=64), dict(P, block_M=64, epi=128)]
-SPECS = R.specs(CFGS)
+SPECS = R.make_specs(CFGS)
 
 
 def run(out: str):

@@ -24,12 +24,9 @@ and the next tile's pipeline fill overlap (the K = 2048 shapes' loss with one CT
 Grouped (contiguous layout, `expert_of`): every tile looks up its expert first (producer and
 consumers alike); a tile in no segment loads and computes nothing, and g advances by its K blocks
 only (valid * nk), the same count on both sides.
-`pingpong` (sweeps only: within +-5% of the cooperative tiles, docs/gemm-tuning.md): the two
-consumers take the CTA's tiles in turn, each a whole 128-row tile, so one stores while the other
-computes.  Consumer c's tile j (of the CTA) uses ring entries j nk ..; before its K loop it waits
-on named barrier 3 + c, which the other consumer arrives on once it has passed every full-wait of
-its own tile, so the `stages` blocks before any block a consumer waits for are loaded and a parity
-wait cannot match an older phase (consumer 0 arrives on its own barrier once up front to go first).
+Ping-pong consumers (the two taking the CTA's tiles in turn, one storing while the other computes)
+were measured within +-5% of this and removed; the variant is `git show 62dfcbc:kernels_src/gemm_ws.py`
+(docs/sweeps/gemm_ws_r3.py, docs/gemm-tuning.md).
 Measured on the H200 (docs/gemm-tuning.md, BENCHMARKS.md): 0.98-1.12x cuBLAS on the prefill shapes,
 bit for bit the pipelined kernel's output.
 """
@@ -38,25 +35,23 @@ PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memor
 
 def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_K: int = 64, stages: int = 4,
                  epi: int = 128, panel: int = 10, producer_regs: int = 40, consumer_regs: int = 232,
-                 pingpong: bool = False, bias: bool = False, dtype: str = "bfloat16", expert_of=None):
+                 bias: bool = False, dtype: str = "bfloat16", expert_of=None):
     """The kernel body `body(a, b, bias or None, groups or None, out)`.  expert_of (contiguous grouped
     layout, kernels_src/grouped_gemm.py): the macro (groups, m0, 0, e, hi, valid) giving a tile's
     expert, the end of its rows and whether it has any; such a tile reads b[e], runs valid * K
     blocks, and stores rows below hi only (TMA when a consumer's rows all are, else element by
     element)."""
-    # cooperative: the consumers split a tile's rows (64 each); pingpong: two consumers take the
-    # CTA's tiles in turn (each all block_M rows), so one's epilogue runs under the other's WGMMAs
-    consumers = 2 if pingpong else block_M // 64
-    rows_c = block_M if pingpong else 64              # rows of a consumer's accumulator
-    assert block_M % 64 == 0 and consumers in (1, 2, 3) and block_N % epi == 0
+    consumers = block_M // 64                        # each takes `half` = 64 rows of the tile
+    half = 64
+    assert block_M == 64 * consumers and consumers in (1, 2, 3) and block_N % epi == 0
     assert 128 * (consumers * consumer_regs + producer_regs) <= 65536
     assert stages >= 2
     threads = 128 * (consumers + 1)
     grouped = expert_of is not None
-    assert not (grouped and (pingpong or bias))
+    assert not (grouped and bias)
     nk = T.ceildiv(K, block_K)
     full_row = T.GemmWarpPolicy.FullRow
-    nreg = rows_c * block_N // 128
+    nreg = half * block_N // 128
 
     @T.macro
     def locate(tile, m0: T.Ref, n0: T.Ref):
@@ -93,7 +88,7 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
         for j0 in T.unroll(0, block_N, epi):
             # the previous chunk's (or tile's) TMA store, waited by its issuing thread, has read c_s
             T.sync_threads(barrier_id=bar_id, arrive_count=128)
-            for i, j in T.Parallel(rows_c, epi):
+            for i, j in T.Parallel(half, epi):
                 if bias:
                     c_s[i, j] = T.cast(acc[i, j0 + j] + T.cast(bias_[T.min(n0 + j0 + j, N - 1)], "float32"), dtype)
                 else:
@@ -103,21 +98,15 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
             T.copy(c_s, out[m0 + r0, n0 + j0])
 
     @T.macro
-    def consumer(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc, c):
+    def consumer(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc):
         T.clear(acc)
-        if pingpong:
-            # my turn: the other consumer has passed every full-wait of its tile, so the blocks
-            # `stages` before mine are loaded and a parity wait cannot match an older phase
-            T.sync_threads(barrier_id=3 + c, arrive_count=256)
         for k in T.serial(nk_t):
             s = (g0 + k) % stages
             T.mbarrier_wait_parity(full[s], ((g0 + k) // stages) % 2)
-            T.wgmma_gemm(a_s[s, r0:r0 + rows_c, :], b_s[s, :, :], acc, transpose_B=True, policy=full_row)
+            T.wgmma_gemm(a_s[s, r0:r0 + half, :], b_s[s, :, :], acc, transpose_B=True, policy=full_row)
             T.wait_wgmma(1)
             if k > 0:
                 T.barrier_arrive(empty[(g0 + k - 1) % stages])
-        if pingpong:
-            T.named_barrier_arrive(4 - c, 256)                  # the other consumer's turn
         T.wait_wgmma(0)
         T.warpgroup_fence_operand(acc, num_regs=nreg)
         if nk_t > 0:
@@ -126,10 +115,10 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
             store(bias_, out, m0, n0, r0, bar_id, c_s, acc)
         elif nk_t > 0:
             # uniform over the warpgroup: its rows all below hi -> TMA, else masked element stores
-            if m0 + r0 + rows_c <= hi:
+            if m0 + r0 + half <= hi:
                 store(bias_, out, m0, n0, r0, bar_id, c_s, acc)
             else:
-                for i, j in T.Parallel(rows_c, block_N):
+                for i, j in T.Parallel(half, block_N):
                     if m0 + r0 + i < hi and n0 + j < N:
                         out[m0 + r0 + i, n0 + j] = T.cast(acc[i, j], dtype)
 
@@ -137,20 +126,13 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
     def consumer_loop(bias_, groups, out, bx, grid, ntiles, c, m0: T.Ref, n0: T.Ref, ehv, g0: T.Ref,
                       a_s, b_s, c_s, full, empty):
         T.inc_max_nreg(consumer_regs)
-        acc = T.alloc_fragment((rows_c, block_N), "float32")
-        if pingpong and c == 0:
-            T.named_barrier_arrive(3, 256)                      # consumer 0 goes first
-        if pingpong:   # the CTA's tiles c, c + 2, ...: tile j's K blocks are ring entries j nk ..
-            for t in T.serial(T.ceildiv(T.ceildiv(ntiles - bx, grid) - c, 2)):
-                locate(bx + (c + 2 * t) * grid, m0, n0)
-                consumer(bias_, out, m0, n0, 0, nk, 0, (c + 2 * t) * nk, 1 + c, a_s, b_s, c_s, full, empty, acc, c)
-        else:
-            for t in T.serial(T.ceildiv(ntiles - bx, grid)):
-                locate(bx + t * grid, m0, n0)
-                find(groups, m0, ehv)
-                e, hi, valid = expert(ehv)
-                consumer(bias_, out, m0, n0, c * 64, nk * valid, hi, g0, 1 + c, a_s, b_s, c_s, full, empty, acc, c)
-                g0 = g0 + nk * valid
+        acc = T.alloc_fragment((half, block_N), "float32")
+        for t in T.serial(T.ceildiv(ntiles - bx, grid)):
+            locate(bx + t * grid, m0, n0)
+            find(groups, m0, ehv)
+            e, hi, valid = expert(ehv)
+            consumer(bias_, out, m0, n0, c * 64, nk * valid, hi, g0, 1 + c, a_s, b_s, c_s, full, empty, acc)
+            g0 = g0 + nk * valid
 
     @T.macro
     def body(a, b, bias_, groups, out):
@@ -160,11 +142,11 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
             b_s = T.alloc_shared((stages, block_N, block_K), dtype)
             # one named epilogue buffer a consumer (unnamed ones made the cubins irreproducible:
             # kernels_src/fp8_ws.py)
-            c_s0 = T.alloc_shared((rows_c, epi), dtype)
-            c_s1 = T.alloc_shared((rows_c, epi), dtype) if consumers >= 2 else None
-            c_s2 = T.alloc_shared((rows_c, epi), dtype) if consumers >= 3 else None
+            c_s0 = T.alloc_shared((half, epi), dtype)
+            c_s1 = T.alloc_shared((half, epi), dtype) if consumers >= 2 else None
+            c_s2 = T.alloc_shared((half, epi), dtype) if consumers >= 3 else None
             full = T.alloc_barrier([128] * stages)
-            empty = T.alloc_barrier([128 * (1 if pingpong else consumers)] * stages)
+            empty = T.alloc_barrier([128 * consumers] * stages)
             m0 = T.alloc_var("int32")
             n0 = T.alloc_var("int32")
             g0 = T.alloc_var("int32")

@@ -8,6 +8,8 @@ read the same cubin 5-14% apart (rounds 1-2).  cfg:
   2 = cooperative 128x128, 6 stages (mid-128)          3 = ping-pong 128x128, 4 stages, 64-column chunks
   4 = ping-pong 128x128, 6 stages, 32-column chunks    5 = ping-pong 128x192, 4 stages
   6 = ping-pong 64x256, 4 stages
+cfgs 3-6 need the ping-pong body, removed from kernels_src/gemm_ws.py after this round: build this
+pack from commit 62dfcbc (`git worktree add /tmp/r3 62dfcbc`).
 Build: as round 1 with `--src docs/sweeps/gemm_ws_r3.py --out .ab/gws3/pack`; run:
   TKREG_PACKS=pack python3 gemm_ws_r3.py OUT.json
 """

@@ -194,10 +194,13 @@ def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "
 # (one CTA a SM: the next tile's loads run under this tile's epilogue; +7% at K = 2048).  The 64-row
 # tiles are memory-bound (prefetch gains nothing there).  128x256 spills (two fp32 tiles per
 # thread).  Decode M <= 16 swaps A and B (16 tokens on WGMMA's N side) with 16 stages of 64x128
-# weight tiles; split-K pays there for N <= 32 * SM_COUNT (few N tiles, long K).
+# weight tiles; split-K pays there for N <= 32 * SM_COUNT (few N tiles, long K).  From N = 8192 the
+# decode tiles run on the warp-specialized tile in swap-AB form (block k+1's WGMMAs issued before
+# block k's promotion; docs/sweeps/fp8_decode_ws.py): M = 1 28672x4096 2909 -> 3418 GB/s of weights,
+# 8192^2 2976 -> 3201; with fewer N tiles (N = 4096 / 7168) it lost 4-9% to decode-16.
 CLASSES = (
-    ("decode-16-wide", dict(block_M=16, block_N=128, stages=10, threads=128, splits=1, swap_ab=True),
-     "M <= 16 and N >= 16384", 65),
+    ("decode-ws", dict(mma="ws", swap_ab=True, block_tok=16, block_M=64, consumers=1, producer_regs=0, stages=8,
+                       unroll=2, splits=1), "M <= 16 and N >= 8192", 65),
     ("decode-16-split", dict(block_M=16, block_N=64, stages=16, threads=128, splits=2, swap_ab=True),
      "M <= 16 and 32 * N <= 1024 * SM_COUNT and K >= 2048", 60),
     ("decode-16", dict(block_M=16, block_N=64, stages=16, threads=128, splits=1, swap_ab=True), "M <= 16", 55),

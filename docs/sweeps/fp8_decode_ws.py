@@ -1,4 +1,5 @@
-"""NOT YET RUN (candidates for the next GPU session): FP8 decode (M <= 16) on the hand-written
+"""Run 2026-12-02 (results: docs/gemm-tuning.md, "WS decode"; cfg 1 ships as class decode-ws for
+M <= 16 and N >= 8192): FP8 decode (M <= 16) on the hand-written
 warp-specialized tile in swap-AB form (kernels_src/fp8_ws.py `swap_ab=True`: a consumer's 64-row
 WGMMA side is weight rows, the 16 tokens its N side; block k+1's WGMMAs are issued before block
 k's promotion).  Why: the shipped swap-AB decode tiles are per-K-block latency bound (~340 ns a
@@ -20,7 +21,9 @@ SHIPPED = dict(F.CLASSES[[c[0] for c in F.CLASSES].index("decode-16")][1])
 # rebalancing (tiny accumulators: 8 fp32 a thread)
 D = dict(mma="ws", swap_ab=True, block_tok=16, block_M=64, consumers=1, producer_regs=0, splits=1)
 CANDIDATES = [dict(D, stages=8, unroll=2), dict(D, stages=8, unroll=4), dict(D, stages=12, unroll=4),
-              dict(D, stages=6, unroll=4), dict(D, block_M=128, consumers=2, stages=8, unroll=4)]
+              dict(D, stages=6, unroll=4), dict(D, block_M=128, consumers=2, stages=8, unroll=4),
+              # 32 / 64 tokens a tile (M = 32 / 64 read the weights once; the shipped mid-64 tile is not swap-AB)
+              dict(D, block_tok=32, stages=8, unroll=4), dict(D, block_tok=64, stages=8, unroll=4)]
 spec = _S["tkreg.fp8_gemm"]
 variants = (Variant(SHIPPED, rule="cfg == 0"),) + tuple(
     Variant(c, rule=f"cfg == {i}", pass_configs=F.WS_PASS_CONFIGS) for i, c in enumerate(CANDIDATES, 1))

@@ -1,14 +1,15 @@
 """GEMMs beside their peers: bf16 vs cuBLAS (`torch.matmul`), FP8 block-scaled vs `torch._scaled_mm`
 (rowwise scales; and torch's own 1x128 / 128x128 blockwise path where the installed torch has one).
 
-Compute-bound shapes report TFLOP/s; decode shapes (M <= 64) report GB/s over the weight bytes
-and % of the measured copy bandwidth.  Every time is `queued_ms` (calls queued behind a spin
-kernel), so host launch cost never counts against the faster kernel; bf16 and cuBLAS take their
-runs in turn (`queued_ms_paired`), so the clock's drift as the GPU heats hits both alike.
+Compute-bound shapes report TFLOP/s; decode shapes (M <= 64) report GB/s over the weight bytes,
+% of the measured copy bandwidth, and a same-size copy beside them.  Every time is `queued_ms`
+(calls queued behind a spin kernel), so host launch cost never counts against the faster kernel;
+tkreg and its peers take their runs in turn (`queued_ms_paired`), so the clock's drift as the GPU
+heats hits all alike.
 """
 from __future__ import annotations
 
-from .timing import Row, queued_ms, queued_ms_paired, rotations, try_ms, need_torch
+from .timing import COPY, Row, copy_sets, queued_ms, queued_ms_paired, rotations, try_ms, need_torch
 
 PREFILL = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 7168, 2048), (4096, 28672, 4096), (4096, 4096, 14336)]
 MID = [(m, n, k) for m in (128, 256, 512, 1024, 2048) for n, k in ((8192, 8192), (7168, 2048), (4096, 14336))]
@@ -21,9 +22,15 @@ def _reps(m, n, k):
 
 
 def _rows(op, case, m, n, k, weight_bytes, ceiling, ours, peers) -> list:
-    """tkreg's row and one per peer: TFLOP/s, or for decode GB/s over the weights (% of copy)."""
+    """tkreg's row and one per peer: TFLOP/s, or for decode GB/s over the weights (% of copy).
+    Decode rows also time a device copy moving the weight bytes (half read, half written): at
+    small weights launch, fill and drain bound any kernel, and the copy shows by how much."""
+    torch = need_torch()
     peers = {p: t for p, t in peers.items() if t}
     decode = m <= 64
+    if decode:
+        peers[COPY] = queued_ms(lambda s, d: d.copy_(s), copy_sets(weight_bytes))
+        torch.cuda.empty_cache()
     def row(impl, ms, vs=None):
         metric = weight_bytes / ms / 1e6 if decode else 2 * m * n * k / ms / 1e9
         pct = 100 * metric / ceiling if decode else 0.0
@@ -61,13 +68,15 @@ def fp8_cases(shapes, ceiling, progress):
             return qa, sa, qb, sb, ra, rb, sa.t().contiguous().t()   # the last: torch's blockwise layout
         sets = rotations(make, m * k + n * k + 2 * m * n)
         r = _reps(m, n, k)
-        ours = queued_ms(lambda qa, sa, qb, sb, *_: tkreg.ops.fp8_gemm(qa, sa, qb, sb), sets, reps=r)
-        rowwise = try_ms(lambda qa, sa, qb, sb, ra, rb, _: torch._scaled_mm(qa, qb.t(), ra, rb, out_dtype=torch.bfloat16),
-                         sets, reps=r, timer=queued_ms)
-        blockwise = try_ms(lambda qa, sa, qb, sb, ra, rb, sa_col: torch._scaled_mm(
-            qa, qb.t(), sa_col, sb.t(), out_dtype=torch.bfloat16), sets, reps=r, timer=queued_ms)
-        rows += _rows("fp8_gemm", f"M={m} N={n} K={k}", m, n, k, n * k, ceiling, ours,
-                      {"_scaled_mm rowwise": rowwise, "_scaled_mm blockwise": blockwise})
+        peers = {"_scaled_mm rowwise": lambda qa, sa, qb, sb, ra, rb, _: torch._scaled_mm(
+                     qa, qb.t(), ra, rb, out_dtype=torch.bfloat16),
+                 "_scaled_mm blockwise": lambda qa, sa, qb, sb, ra, rb, sa_col: torch._scaled_mm(
+                     qa, qb.t(), sa_col, sb.t(), out_dtype=torch.bfloat16)}
+        # a peer this torch cannot run (cuBLASLt refuses blockwise at M = 1) is left out
+        peers = {p: f for p, f in peers.items() if try_ms(f, sets[:1], reps=1, warmup=0) is not None}
+        ours, *theirs = queued_ms_paired([lambda qa, sa, qb, sb, *_: tkreg.ops.fp8_gemm(qa, sa, qb, sb)]
+                                         + list(peers.values()), sets, reps=r, runs=5)
+        rows += _rows("fp8_gemm", f"M={m} N={n} K={k}", m, n, k, n * k, ceiling, ours, dict(zip(peers, theirs)))
         del sets
         progress()
     return rows

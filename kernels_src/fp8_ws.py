@@ -87,7 +87,7 @@ PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memor
 
 def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4, consumers: int = 2,
                 panel: int = 10, producer_regs: int = 24, consumer_regs: int = 240, unroll: int = 2,
-                expert_of=None, sm_count=None, swap_ab: bool = False, block_tok: int = 16, stagger: bool = False):
+                expert_of=None, sm_count=None, swap_ab: bool = False, block_tok: int = 16):
     """The kernel body `body(a, a_scale, b, b_scale, groups, out)` (groups None when dense); the
     macro `expert_of(groups, m0, bz, e, hi, valid)` sets a grouped tile's expert, row limit and
     whether it has work (grouped_gemm.py).  swap_ab (dense decode): the consumers' 64-row WGMMA
@@ -230,38 +230,23 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             store_tile(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid)
 
     @T.macro
-    def consumer(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, r0, g0, bar_id, a_s, b_s, c_s, full, empty, fr, lead):
-        # lead = 1 (stagger, consumer 1): block 0 runs alone first, so this warpgroup's group
-        # boundaries (wait_group 0: its chain drains) fall one block after the other consumer's,
-        # whose chain then keeps the tensor cores busy
+    def consumer(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, r0, g0, bar_id, a_s, b_s, c_s, full, empty, fr):
         acc, part0, part1, sa0, sa1, sb0, sb1 = fr
         T.clear(acc)
         # part1 and its scales start as zeros: the first group "promotes" block -1, acc += 0 * 0,
         # which leaves acc (+0) bit for bit as it is, so no branch on the first block
         T.clear(part1)
-        if lead:
-            # block 0 -> part1, retired but not promoted: the state a group expects on entry
-            scales(a_scale, b_scale, e, m0, n0, r0, 0, sa1, sb1)
-            scales(a_scale, b_scale, e, m0, n0, r0, 1, sa0, sb0)
-            if nk > 0:
-                T.mbarrier_wait_parity(full[g0 % stages], (g0 // stages) % 2)
-                issue(a_s, b_s, g0 % stages, r0, part1)
-                T.wait_wgmma(0)
-                T.warpgroup_fence_operand(part1, num_regs=nreg)
-                T.barrier_arrive(empty[g0 % stages])
-        else:
-            T.clear(sa1)
-            sb1[0] = 0.0
-            scales(a_scale, b_scale, e, m0, n0, r0, 0, sa0, sb0)
-        rem = T.max(nk - lead, 0) if lead else nk   # blocks lead .. nk-1: groups, then an odd last one
+        T.clear(sa1)
+        sb1[0] = 0.0
+        scales(a_scale, b_scale, e, m0, n0, r0, 0, sa0, sb0)
         # Groups of `unroll` blocks; no WGMMA is in flight across the loop's back edge (ptxas
         # serializes every wgmma in the kernel otherwise, C7514): a group ends with wait_group 0.
-        for q in T.serial(rem // unroll):
-            group(a_scale, b_scale, e, m0, n0, r0, g0, lead + q * unroll, unroll, a_s, b_s, full, empty, fr)
+        for q in T.serial(nk // unroll):
+            group(a_scale, b_scale, e, m0, n0, r0, g0, q * unroll, unroll, a_s, b_s, full, empty, fr)
         if unroll == 4:
-            if rem % 4 >= 2:
-                group(a_scale, b_scale, e, m0, n0, r0, g0, lead + rem // 4 * 4, 2, a_s, b_s, full, empty, fr)
-        if rem % 2 == 1:
+            if nk % 4 >= 2:
+                group(a_scale, b_scale, e, m0, n0, r0, g0, nk // 4 * 4, 2, a_s, b_s, full, empty, fr)
+        if nk % 2 == 1:
             # the odd last block nk-1 -> part0, its scales already in sa0/sb0
             T.mbarrier_wait_parity(full[(g0 + nk - 1) % stages], ((g0 + nk - 1) // stages) % 2)
             issue(a_s, b_s, (g0 + nk - 1) % stages, r0, part0)
@@ -301,7 +286,7 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
         if producer_regs:
             T.inc_max_nreg(consumer_regs)
         consumer(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, c * half, 0, 1 + c, a_s, b_s, c_s[c], full, empty,
-                 fragments(), c if stagger else 0)
+                 fragments())
 
     @T.macro
     def locate(groups, tile, m0: T.Ref, n0: T.Ref, e: T.Ref, hi: T.Ref, valid: T.Ref):
@@ -327,7 +312,7 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
         for t in T.serial(T.ceildiv(ntiles - bx, grid)):
             locate(groups, bx + t * grid, m0, n0, e, hi, valid)
             consumer(a_scale, b_scale, out, e, hi, valid, KB * valid, m0, n0, c * half, g0, 1 + c, a_s, b_s, c_s[c],
-                     full, empty, fr, c if stagger else 0)
+                     full, empty, fr)
             g0 = g0 + KB * valid
 
     @T.macro

@@ -191,7 +191,8 @@ def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "
 # torch._scaled_mm.  M > 128: the hand-written warp-specialized 128x128 tile (kernels_src/fp8_ws.py;
 # docs/sweeps/fp8_gemm_ws_pack.py: 8192^3 1146 TFLOP/s, 4096^3 1056, 512 x 8192^2 952, against
 # 1102 / 746 / 595 for the pipelined 192x128 tile with scale prefetch it replaced), persistent
-# (one CTA a SM: the next tile's loads run under this tile's epilogue; +7% at K = 2048).  The 64-row
+# (one CTA a SM: the next tile's loads run under this tile's epilogue; +7% at K = 2048), its scales
+# staged in shared memory by the producer (`smem_scales`, docs/sweeps/fp8_ring.py: +5-16%).  The 64-row
 # tiles are memory-bound (prefetch gains nothing there).  128x256 spills (two fp32 tiles per
 # thread).  Decode M <= 16 swaps A and B (16 tokens on WGMMA's N side) with 16 stages of 64x128
 # weight tiles; split-K pays there for N <= 32 * SM_COUNT (few N tiles, long K).  From N = 8192 the
@@ -204,7 +205,8 @@ CLASSES = (
     ("decode-16-split", dict(block_M=16, block_N=64, stages=16, threads=128, splits=2, swap_ab=True),
      "M <= 16 and 32 * N <= 1024 * SM_COUNT and K >= 2048", 60),
     ("decode-16", dict(block_M=16, block_N=64, stages=16, threads=128, splits=1, swap_ab=True), "M <= 16", 55),
-    ("ws-128", dict(mma="ws", block_M=128, stages=4, consumers=2, unroll=2, persistent=True, panel=16, splits=1),
+    ("ws-128", dict(mma="ws", block_M=128, stages=4, consumers=2, unroll=2, persistent=True, panel=16, splits=1,
+                    smem_scales=True, producer_regs=40, consumer_regs=232),
      "M > 128 and " + fills(128, 128), 20),
     ("mid-64", dict(block_M=64, block_N=128, stages=4, threads=128, splits=1), fills(64, 128), 10),
     ("small", dict(block_M=64, block_N=64, stages=8, threads=128, splits=1), None, 0),

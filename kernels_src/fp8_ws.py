@@ -21,7 +21,10 @@ One CTA = block_M x 128 output tile (block_M = 64 * consumers), 128 * (consumers
   producer  (threads 0-127, setmaxnreg.dec to `producer_regs`): for kb in 0..nk-1, slot s = kb % S:
       wait  empty[s] parity ((kb // S) + 1) & 1   (fresh barrier: parity 1 passes at once)
       one elected thread: expect_tx + TMA a tile -> a_s[s], b tile -> b_s[s]   (OOB = zeros)
-      all 128 threads arrive on full[s]            (full[s] init count 128, + the TMA bytes)
+      smem_scales: thread t stores block kb's scale of the tile's row t -> sa_s[s, t], thread 0 b's block
+            scale -> sb_s[s] (both loaded from global memory before the empty wait)
+      all 128 threads arrive on full[s]            (full[s] init count 128, + the TMA bytes; the
+            arrive releases the scale stores, the consumers' wait acquires them)
   consumer c (threads 128(c+1)..+127, setmaxnreg.inc to `consumer_regs`), rows r0 = 64 c; block b
   lives in part[b % 2] (static roles: fragments are registers), in groups of `unroll` (2 or 4):
       prologue: acc = 0; part1 = 0, sa1 = sb1 = 0 (so group 0 "promotes" block -1: acc += 0 * 0,
@@ -31,7 +34,9 @@ One CTA = block_M x 128 output tile (block_M = 64 * consumers), 128 * (consumers
                 wait_group 1: block b-1 done (first block of a group: a run-time no-op, for ptxas)
                 arrive empty[(b-1) % S] (not for a group's first block: released already)
                 acc += prev * (sa_prev * sb_prev)             block b-1, overlapping block b
-                sa_prev, sb_prev <- scales of block min(b+1, KB-1)
+                sa_prev, sb_prev <- scales of block min(b+1, KB-1)   (smem_scales: instead, right after
+                block b's issue, sa_cur, sb_cur <- block b's scales from its slot; the global
+                load's latency stalled this path: ncu at 8192^3, tensor pipe 67% -> 76% busy)
       group end: wait_group 0 (its last block done); arrive empty[last % S]
       loop: nk // unroll groups; unroll 4: one group of 2 more when nk % 4 >= 2
       tail: nk odd: wait full[nk-1]; issue -> part0; wait_group 1; promote part1 (block nk-2 or
@@ -75,7 +80,8 @@ the odd last block of a tile is released too (its slot is reused), and each epil
 the warpgroup's named barrier, so no thread overwrites c_s before the previous tile's TMA store,
 waited by its issuing thread, has read it.
 Registers: a consumer thread holds acc 64 + two parts 128 fp32; 2 consumers at 240 + producer at
-24 is 2 * 128 * 240 + 128 * 24 = 64512 <= 65536.  (Three consumers with each block split into two
+24 is 2 * 128 * 240 + 128 * 24 = 64512 <= 65536 (smem_scales: 232 + 40, the producer holding the loaded
+scales; at 24 it spills).  (Three consumers with each block split into two
 64-column halves fit at 160 registers, but lost 4-37% to this tile; a 2-CTA cluster multicasting
 the shared A tile was +-9% shape by shape and lost on the grouped GEMMs: docs/gemm-tuning.md.)
 """
@@ -87,7 +93,7 @@ PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memor
 
 def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4, consumers: int = 2,
                 panel: int = 10, producer_regs: int = 24, consumer_regs: int = 240, unroll: int = 2,
-                expert_of=None, sm_count=None, swap_ab: bool = False, block_tok: int = 16):
+                expert_of=None, sm_count=None, swap_ab: bool = False, block_tok: int = 16, smem_scales: bool = False):
     """The kernel body `body(a, a_scale, b, b_scale, groups, out)` (groups None when dense); the
     macro `expert_of(groups, m0, bz, e, hi, valid)` sets a grouped tile's expert, row limit and
     whether it has work (grouped_gemm.py).  swap_ab (dense decode): the consumers' 64-row WGMMA
@@ -98,6 +104,7 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
     assert unroll in (2, 4)
     persistent = sm_count is not None   # one CTA a SM looping over tiles (SM_COUNT, a kernel argument)
     assert stages >= 2, "a slot stays held by the WGMMA chain in flight (see the docstring)"
+    assert not (smem_scales and swap_ab)
     assert not producer_regs or 128 * (consumers * consumer_regs + producer_regs) <= 65536
     assert not swap_ab or (layout == "dense" and not persistent and block_tok % 8 == 0)
     block_N = block_K = GROUP
@@ -151,10 +158,15 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             sb[0] = b_scale[e, n0 // GROUP, kc]
 
     @T.macro
-    def scales(a_scale, b_scale, e, m0, n0, r0, k, sa, sb):
-        # block k's scales (k clamped to the last block), loaded a step before their promotion
+    def scales(a_scale, b_scale, e, m0, n0, r0, g0, k, sa, sb):
+        # block k's scales (k clamped to the last block), loaded a step before their promotion;
+        # smem_scales: a_scale / b_scale are the ring's scale slots, which the producer filled
         kc = T.min(k, KB - 1)
-        if swap_ab:   # the tile's tokens m0.. and the weight block of rows n0 + r0 ..
+        if smem_scales:
+            for i in T.Parallel(half):
+                sa[i] = a_scale[(g0 + k) % stages, r0 + i]
+            sb[0] = b_scale[(g0 + k) % stages]
+        elif swap_ab:   # the tile's tokens m0.. and the weight block of rows n0 + r0 ..
             for j in T.Parallel(cols):
                 sa[j] = a_scale[T.min(m0 + j, M - 1), kc]
             sb[0] = b_scale[(n0 + r0) // GROUP, kc]
@@ -164,11 +176,14 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
     # g0: the CTA's count of K blocks before this tile (persistent: the ring and its phases run on
     # across tiles); block b of the tile uses ring entry g0 + b, and part[b % 2] (b local).
     @T.macro
-    def one(a_scale, b_scale, e, m0, n0, r0, g0, b, a_s, b_s, full, empty, cur, prev, sa_prev, sb_prev, acc, first):
+    def one(a_scale, b_scale, e, m0, n0, r0, g0, b, a_s, b_s, full, empty, cur, prev, sa_cur, sb_cur, sa_prev, sb_prev,
+            acc, first):
         # block b -> cur; then block b-1 (in prev, scales sa_prev/sb_prev) is retired and promoted
         # while block b's chain runs, and prev's scale registers take block b+1's scales
         T.mbarrier_wait_parity(full[(g0 + b) % stages], ((g0 + b) // stages) % 2)
         issue(a_s, b_s, (g0 + b) % stages, r0, cur)
+        if smem_scales:   # block b's scales from its slot (shared memory: no global latency on this path)
+            scales(a_scale, b_scale, e, m0, n0, r0, g0, b, sa_cur, sb_cur)
         # not first: block b-1 done, block b may run on.  first: a run-time no-op (block b-1 was
         # retired by the previous group's wait_group 0), but ptxas injects a full wait (C7517)
         # when a WGMMA-written register is read after a WGMMA issue with no wait_group between
@@ -177,18 +192,21 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
         if not first:
             T.barrier_arrive(empty[(g0 + b - 1) % stages])
         promote(acc, prev, sa_prev, sb_prev)
-        scales(a_scale, b_scale, e, m0, n0, r0, b + 1, sa_prev, sb_prev)
+        if not smem_scales:
+            scales(a_scale, b_scale, e, m0, n0, r0, g0, b + 1, sa_prev, sb_prev)
 
     @T.macro
     def group(a_scale, b_scale, e, m0, n0, r0, g0, b0, n, a_s, b_s, full, empty, fr):
         # blocks b0 .. b0+n-1 (n = 2 or 4, b0 even: block b sits in part[b % 2]); on entry nothing
         # is in flight and part1 holds block b0-1, retired but not promoted; the same on exit
         acc, part0, part1, sa0, sa1, sb0, sb1 = fr
-        one(a_scale, b_scale, e, m0, n0, r0, g0, b0, a_s, b_s, full, empty, part0, part1, sa1, sb1, acc, True)
-        one(a_scale, b_scale, e, m0, n0, r0, g0, b0 + 1, a_s, b_s, full, empty, part1, part0, sa0, sb0, acc, False)
+        p0 = (part0, part1, sa0, sb0, sa1, sb1)
+        p1 = (part1, part0, sa1, sb1, sa0, sb0)
+        one(a_scale, b_scale, e, m0, n0, r0, g0, b0, a_s, b_s, full, empty, *p0, acc, True)
+        one(a_scale, b_scale, e, m0, n0, r0, g0, b0 + 1, a_s, b_s, full, empty, *p1, acc, False)
         if n == 4:
-            one(a_scale, b_scale, e, m0, n0, r0, g0, b0 + 2, a_s, b_s, full, empty, part0, part1, sa1, sb1, acc, False)
-            one(a_scale, b_scale, e, m0, n0, r0, g0, b0 + 3, a_s, b_s, full, empty, part1, part0, sa0, sb0, acc, False)
+            one(a_scale, b_scale, e, m0, n0, r0, g0, b0 + 2, a_s, b_s, full, empty, *p0, acc, False)
+            one(a_scale, b_scale, e, m0, n0, r0, g0, b0 + 3, a_s, b_s, full, empty, *p1, acc, False)
         T.wait_wgmma(0)
         T.warpgroup_fence_operand(part1, num_regs=nreg)
         T.barrier_arrive(empty[(g0 + b0 + n - 1) % stages])
@@ -238,7 +256,8 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
         T.clear(part1)
         T.clear(sa1)
         sb1[0] = 0.0
-        scales(a_scale, b_scale, e, m0, n0, r0, 0, sa0, sb0)
+        if not smem_scales:
+            scales(a_scale, b_scale, e, m0, n0, r0, g0, 0, sa0, sb0)
         # Groups of `unroll` blocks; no WGMMA is in flight across the loop's back edge (ptxas
         # serializes every wgmma in the kernel otherwise, C7514): a group ends with wait_group 0.
         for q in T.serial(nk // unroll):
@@ -250,6 +269,8 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             # the odd last block nk-1 -> part0, its scales already in sa0/sb0
             T.mbarrier_wait_parity(full[(g0 + nk - 1) % stages], ((g0 + nk - 1) // stages) % 2)
             issue(a_s, b_s, (g0 + nk - 1) % stages, r0, part0)
+            if smem_scales:
+                scales(a_scale, b_scale, e, m0, n0, r0, g0, nk - 1, sa0, sb0)
             T.wait_wgmma(1)                                      # no-op, for ptxas (see group)
             T.warpgroup_fence_operand(part1, num_regs=nreg)
             promote(acc, part1, sa1, sb1)                        # block nk-2 (or zeros)
@@ -263,13 +284,32 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
         store(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid)
 
     @T.macro
-    def producer(a, b, e, nk, m0, n0, g0, a_s, b_s, full, empty):
+    def producer(a, b, a_scale, b_scale, e, nk, m0, n0, g0, a_s, b_s, sa_s, sb_s, full, empty, tx):
+        # smem_scales: block k's scales ride in its slot, thread t loading the tile's row t and thread 0
+        # b's block, issued before the wait for the slot so their latency hides under it
+        sav = T.alloc_local((1,), "float32")
+        sbv = T.alloc_local((1,), "float32")
         for k in T.serial(nk):
             s = (g0 + k) % stages
+            if smem_scales:
+                if masked:
+                    sav[0] = a_scale[e, T.min(m0 + tx, M - 1), k]
+                else:
+                    sav[0] = a_scale[T.min(m0 + tx, M - 1), k]
+                if tx == 0:
+                    if layout == "dense":
+                        sbv[0] = b_scale[n0 // GROUP, k]
+                    else:
+                        sbv[0] = b_scale[e, n0 // GROUP, k]
             T.mbarrier_wait_parity(empty[s], ((g0 + k) // stages + 1) % 2)
             T.tma_copy(a_tile(a, e, m0, k), a_s[s, :, :], barrier=full[s])
             T.tma_copy(b_tile(b, e, n0, k), b_s[s, :, :], barrier=full[s])
-            T.barrier_arrive(full[s])
+            if smem_scales:
+                if tx < block_M:
+                    sa_s[s, tx] = sav[0]
+                if tx == 0:
+                    sb_s[s] = sbv[0]
+            T.barrier_arrive(full[s])   # (release: the consumers' acquire sees the slot's scales)
 
     def fragments():
         return (T.alloc_fragment((half, cols), "float32"),       # acc
@@ -327,6 +367,9 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             c_s1 = T.alloc_shared((half, block_N), "bfloat16") if consumers == 2 else None
             c_s = (c_s0, c_s1)
             full = T.alloc_barrier([128] * stages)
+            sa_s = T.alloc_shared((stages, block_M), "float32") if smem_scales else None   # the blocks' scales, a slot each
+            sb_s = T.alloc_shared((stages,), "float32") if smem_scales else None
+            sc = (sa_s, sb_s) if smem_scales else (a_scale, b_scale)   # where the consumers read scales
             empty = T.alloc_barrier([128 * consumers] * stages)
             m0 = T.alloc_var("int32")
             n0 = T.alloc_var("int32")
@@ -346,16 +389,16 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
                     T.dec_max_nreg(producer_regs)
                 for t in T.serial(T.ceildiv(ntiles - bx, grid)):
                     locate(groups, bx + t * grid, m0, n0, e, hi, valid)
-                    producer(a, b, e, KB * valid, m0, n0, g0, a_s, b_s, full, empty)
+                    producer(a, b, a_scale, b_scale, e, KB * valid, m0, n0, g0, a_s, b_s, sa_s, sb_s, full, empty, tx)
                     g0 = g0 + KB * valid
             elif consumers == 1:
-                consumer_loop(a_scale, b_scale, groups, out, bx, grid, ntiles, 0, m0, n0, e, hi, valid, g0,
+                consumer_loop(*sc, groups, out, bx, grid, ntiles, 0, m0, n0, e, hi, valid, g0,
                               a_s, b_s, c_s, full, empty)
             elif tx < 256:
-                consumer_loop(a_scale, b_scale, groups, out, bx, grid, ntiles, 0, m0, n0, e, hi, valid, g0,
+                consumer_loop(*sc, groups, out, bx, grid, ntiles, 0, m0, n0, e, hi, valid, g0,
                               a_s, b_s, c_s, full, empty)
             else:
-                consumer_loop(a_scale, b_scale, groups, out, bx, grid, ntiles, 1, m0, n0, e, hi, valid, g0,
+                consumer_loop(*sc, groups, out, bx, grid, ntiles, 1, m0, n0, e, hi, valid, g0,
                               a_s, b_s, c_s, full, empty)
 
     @T.macro
@@ -371,6 +414,9 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             c_s1 = T.alloc_shared((half, block_N), "bfloat16") if consumers == 2 and not swap_ab else None
             c_s = (c_s0, c_s1)
             full = T.alloc_barrier([128] * stages)
+            sa_s = T.alloc_shared((stages, block_M), "float32") if smem_scales else None   # the blocks' scales, a slot each
+            sb_s = T.alloc_shared((stages,), "float32") if smem_scales else None
+            sc = (sa_s, sb_s) if smem_scales else (a_scale, b_scale)   # where the consumers read scales
             empty = T.alloc_barrier([128 * consumers] * stages)
             T.use_swizzle(panel_size=panel)
             m0, n0 = by * rows_a, bx * rows_b
@@ -390,12 +436,12 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             if tx < 128:
                 if producer_regs:
                     T.dec_max_nreg(producer_regs)
-                producer(a, b, e, nk, m0, n0, 0, a_s, b_s, full, empty)
+                producer(a, b, a_scale, b_scale, e, nk, m0, n0, 0, a_s, b_s, sa_s, sb_s, full, empty, tx)
             elif consumers == 1:
-                wg(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, 0, a_s, b_s, c_s, full, empty)
+                wg(*sc, out, e, hi, valid, nk, m0, n0, 0, a_s, b_s, c_s, full, empty)
             elif tx < 256:
-                wg(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, 0, a_s, b_s, c_s, full, empty)
+                wg(*sc, out, e, hi, valid, nk, m0, n0, 0, a_s, b_s, c_s, full, empty)
             else:
-                wg(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, 1, a_s, b_s, c_s, full, empty)
+                wg(*sc, out, e, hi, valid, nk, m0, n0, 1, a_s, b_s, c_s, full, empty)
 
     return persistent_body if persistent else grid_body

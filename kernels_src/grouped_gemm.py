@@ -279,14 +279,17 @@ BF16_CLASSES = {
 # sm_90a: the 128-row tiles are the hand-written warp-specialized tile (kernels_src/fp8_ws.py),
 # which promotes block k under block k+1's WGMMAs; sm_100a keeps the pipelined FP8_MID (mma.sync).
 # Masked Mmax <= 64: FP8_WS_64 on sm_90a, FP8_SMALL on sm_100a.
-# Contiguous K <= 4096 (the down projection): persistent CTAs, one a SM, so the next tile's loads
-# run under this tile's epilogue (+5-10% at K = 2048; at K = 7168 the grid form is 6% faster).
-FP8_WS = dict(block_M=128, stages=4, consumers=2, unroll=2, mma="ws")
+# The scales ride the ring (`smem_scales`: the producer stages each K block's scales in shared memory;
+# docs/sweeps/fp8_ring.py: contiguous +3-11%, masked +4-8%).  Contiguous: persistent CTAs, one a
+# SM, so the next tile's loads run under this tile's epilogue (with the ring, equal to or faster
+# than the grid form at K = 7168 too, and +4-7% at K = 2048).
+FP8_WS = dict(block_M=128, stages=4, consumers=2, unroll=2, mma="ws", smem_scales=True, producer_regs=40, consumer_regs=232)
 # Masked Mmax <= 64 (DeepEP low-latency counts): one 64-row consumer, 8 stages; streams the expert
 # weights 3-9% faster than FP8_SMALL (docs/sweeps/fp8_masked_small.py: 85-89% of copy at K = 7168).
-FP8_WS_64 = dict(FP8_WS, block_M=64, consumers=1, stages=8)
+# (Scales from global memory as before: the ring is unmeasured on this tile.)
+FP8_WS_64 = dict(block_M=64, stages=8, consumers=1, unroll=2, mma="ws")
 FP8_CLASSES = {      # per arch
-    "sm_90a": {"contiguous": (("ws-persistent", dict(FP8_WS, persistent=True), "K <= 4096", 10), ("ws", FP8_WS, None, 0)),
+    "sm_90a": {"contiguous": (("ws-persistent", dict(FP8_WS, persistent=True), None, 0),),
                "masked": (("ws", FP8_WS, "M > 64", 10), ("ws-64", FP8_WS_64, None, 0))},
     "sm_100a": {"contiguous": (("mid", FP8_MID, None, 0),),
                 "masked": (("mid", FP8_MID, "M > 64", 10), ("small", FP8_SMALL, None, 0))},

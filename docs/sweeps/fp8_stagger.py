@@ -52,12 +52,13 @@ def specs():
         for name, layout in (("fp8_grouped_gemm", "contiguous"), ("fp8_grouped_gemm_masked", "masked")))
 
 
-def run(out: str):
+def run(out: str, nd: int = 4, nc: int = 4, nm: int = 2):
+    """Checks and paired timings of a pack with nd dense, nc contiguous and nm masked cfgs (cfg 0
+    of each: the shipped tile); docs/sweeps/fp8_ring.py runs its pack through here too."""
     import torch, tkreg
     from tkreg.bench.timing import queued_ms_paired, rotations
     from tkreg.bench.grouped_gemm import padded_offsets, zipf_sizes
     ops, f8, res = tkreg.ops, torch.float8_e4m3fn, {"checks": [], "dense": [], "grouped": []}
-    nd, nc, nm = 4, 4, 2
     torch.manual_seed(0)
     for m, n, k in CHECK:
         kb = -(-k // 128)

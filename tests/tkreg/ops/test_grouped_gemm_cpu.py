@@ -18,7 +18,7 @@ BF16, FP16, FP8 = torch.bfloat16, torch.float16, torch.float8_e4m3fn
 I32 = torch.int32
 ops = tkreg.ops
 # (sm_90a, sm_100a) variants (kernels_src/grouped_gemm.py: classes x dtypes)
-COUNTS = {"grouped_gemm": (4, 4), "grouped_gemm_masked": (4, 2), "fp8_grouped_gemm": (2, 1),
+COUNTS = {"grouped_gemm": (4, 4), "grouped_gemm_masked": (4, 2), "fp8_grouped_gemm": (1, 1),
           "fp8_grouped_gemm_masked": (2, 2)}
 
 
@@ -62,12 +62,14 @@ def test_contiguous_classes(m, n, cls, dt, arch):
     assert f"shape_class={cls}," in e.chosen and f"dtype={str(dt)[6:]}" in e.chosen, str(e)
 
 
-@pytest.mark.parametrize("k, cls", [(2048, "ws-persistent"), (4096, "ws-persistent"), (4224, "ws"), (7168, "ws")])
-def test_fp8_contiguous_class_follows_k(k, cls):
-    e = tkreg.explain("fp8_grouped_gemm", *fp8_contiguous(4096, 4096, k, 8), arch="sm_90a", sm_count=132)
-    assert f"shape_class={cls}," in e.chosen and ("persistent=true" in e.chosen) == (cls == "ws-persistent"), str(e)
-    on100 = tkreg.explain("fp8_grouped_gemm", *fp8_contiguous(4096, 4096, k, 8), arch="sm_100a", sm_count=148)
-    assert "shape_class=mid," in on100.chosen, str(on100)
+@pytest.mark.parametrize("k", [2048, 4224, 7168])
+def test_fp8_contiguous_has_one_tile(k):
+    """sm_90a: the persistent WS tile with its scales in shared memory at every K; sm_100a mma.sync."""
+    e = tkreg.explain("fp8_grouped_gemm", *fp8_contiguous(8192, 4096, k, 8), arch="sm_90a", sm_count=132)
+    assert all(p in e.chosen.split(",") for p in ("block_M=128", "consumers=2", "mma=ws", "persistent=true",
+                                                  "smem_scales=true", "shape_class=ws-persistent")), str(e)
+    on100 = tkreg.explain("fp8_grouped_gemm", *fp8_contiguous(8192, 4096, k, 8), arch="sm_100a", sm_count=148)
+    assert "shape_class=mid," in on100.chosen and "block_M=128,block_N=128," in on100.chosen, str(on100)
 
 
 @pytest.mark.parametrize("mmax, cls, tile", [(1, "small", "block_M=64,"), (64, "small", "block_M=64,"),
@@ -77,18 +79,12 @@ def test_masked_classes_follow_mmax(mmax, cls, tile):
     e = tkreg.explain("grouped_gemm_masked", *masked(8, mmax, 4096, 512), arch="sm_90a")
     assert f"shape_class={cls}," in e.chosen and tile in e.chosen, str(e)
     f8 = tkreg.explain("fp8_grouped_gemm_masked", *fp8_masked(8, mmax, 4096, 512), arch="sm_90a")
-    assert ("block_M=64,consumers=1," if mmax <= 64 else "block_M=128,consumers=2,") in f8.chosen and "mma=ws," in f8.chosen, str(f8)
+    want = ("block_M=64", "consumers=1") if mmax <= 64 else ("block_M=128", "consumers=2", "smem_scales=true")
+    assert all(p in f8.chosen.split(",") for p in want + ("mma=ws",)), str(f8)
     f8_100 = tkreg.explain("fp8_grouped_gemm_masked", *fp8_masked(8, mmax, 4096, 512), arch="sm_100a")
     assert ("block_M=64," if mmax <= 64 else "block_M=128,block_N=128,") in f8_100.chosen, str(f8_100)
     on100 = tkreg.explain("grouped_gemm_masked", *masked(8, mmax, 4096, 512), arch="sm_100a")
     assert "block_M=128,block_N=128," in on100.chosen and "mma=tcgen05" in on100.chosen, str(on100)
-
-
-def test_fp8_contiguous_has_one_tile():
-    e = tkreg.explain("fp8_grouped_gemm", *fp8_contiguous(8192, 4096, 7168, 8), arch="sm_90a")
-    assert "block_M=128,consumers=2," in e.chosen and "mma=ws," in e.chosen, str(e)
-    e = tkreg.explain("fp8_grouped_gemm", *fp8_contiguous(8192, 4096, 7168, 8), arch="sm_100a")
-    assert "block_M=128,block_N=128," in e.chosen and "mma=ws" not in e.chosen, str(e)
 
 
 def test_expert_count_beyond_the_search_depth_names_the_rule():

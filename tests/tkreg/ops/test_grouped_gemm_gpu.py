@@ -175,7 +175,7 @@ def dq_product(qa, sa, qb, sb):
 @pytest.mark.parametrize("layout", ["row", "colmajor"])
 @pytest.mark.parametrize("ue8m0", [False, True])
 @pytest.mark.parametrize("sizes, n, k", [([300, 0, 1, 128, 77], 1000, 1152), ([2048, 0, 1999], 2048, 512),
-                                         ([300, 0, 129], 512, 4224)])   # K > 4096: the grid (not persistent) tile
+                                         ([300, 0, 129], 512, 4224)])   # 33 K blocks: the odd tail
 def test_fp8_contiguous_matches_dequantized_product(sizes, n, k, layout, ue8m0, seed):
     offs = offsets(sizes)
     m = offs[-1] + 60

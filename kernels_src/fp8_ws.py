@@ -104,7 +104,6 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
     assert unroll in (2, 4)
     persistent = sm_count is not None   # one CTA a SM looping over tiles (SM_COUNT, a kernel argument)
     assert stages >= 2, "a slot stays held by the WGMMA chain in flight (see the docstring)"
-    assert not (smem_scales and swap_ab)
     assert not producer_regs or 128 * (consumers * consumer_regs + producer_regs) <= 65536
     assert not swap_ab or (layout == "dense" and not persistent and block_tok % 8 == 0)
     block_N = block_K = GROUP
@@ -163,8 +162,12 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
         # smem_scales: a_scale / b_scale are the ring's scale slots, which the producer filled
         kc = T.min(k, KB - 1)
         if smem_scales:
-            for i in T.Parallel(half):
-                sa[i] = a_scale[(g0 + k) % stages, r0 + i]
+            if swap_ab:   # the tile's tokens
+                for j in T.Parallel(cols):
+                    sa[j] = a_scale[(g0 + k) % stages, j]
+            else:
+                for i in T.Parallel(half):
+                    sa[i] = a_scale[(g0 + k) % stages, r0 + i]
             sb[0] = b_scale[(g0 + k) % stages]
         elif swap_ab:   # the tile's tokens m0.. and the weight block of rows n0 + r0 ..
             for j in T.Parallel(cols):
@@ -285,13 +288,14 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
 
     @T.macro
     def producer(a, b, a_scale, b_scale, e, nk, m0, n0, g0, a_s, b_s, sa_s, sb_s, full, empty, tx):
-        # smem_scales: block k's scales ride in its slot, thread t loading the tile's row t and thread 0
-        # b's block, issued before the wait for the slot so their latency hides under it
+        # smem_scales: block k's scales ride in its slot, thread t loading the tile's row t and
+        # thread 0 b's block, issued before the wait for the slot so their latency hides under it
         sav = T.alloc_local((1,), "float32")
         sbv = T.alloc_local((1,), "float32")
         for k in T.serial(nk):
             s = (g0 + k) % stages
-            if smem_scales:
+            if smem_scales:   # (swap_ab: the A side is the tile's tokens; both consumers' weight
+                # rows lie in the 128-row scale block of n0)
                 if masked:
                     sav[0] = a_scale[e, T.min(m0 + tx, M - 1), k]
                 else:
@@ -305,7 +309,7 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             T.tma_copy(a_tile(a, e, m0, k), a_s[s, :, :], barrier=full[s])
             T.tma_copy(b_tile(b, e, n0, k), b_s[s, :, :], barrier=full[s])
             if smem_scales:
-                if tx < block_M:
+                if tx < rows_a:
                     sa_s[s, tx] = sav[0]
                 if tx == 0:
                     sb_s[s] = sbv[0]
@@ -367,7 +371,8 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             c_s1 = T.alloc_shared((half, block_N), "bfloat16") if consumers == 2 else None
             c_s = (c_s0, c_s1)
             full = T.alloc_barrier([128] * stages)
-            sa_s = T.alloc_shared((stages, block_M), "float32") if smem_scales else None   # the blocks' scales, a slot each
+            # smem_scales: each ring slot's block scales (a: the tile's rows, b: one)
+            sa_s = T.alloc_shared((stages, rows_a), "float32") if smem_scales else None
             sb_s = T.alloc_shared((stages,), "float32") if smem_scales else None
             sc = (sa_s, sb_s) if smem_scales else (a_scale, b_scale)   # where the consumers read scales
             empty = T.alloc_barrier([128 * consumers] * stages)
@@ -414,7 +419,8 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             c_s1 = T.alloc_shared((half, block_N), "bfloat16") if consumers == 2 and not swap_ab else None
             c_s = (c_s0, c_s1)
             full = T.alloc_barrier([128] * stages)
-            sa_s = T.alloc_shared((stages, block_M), "float32") if smem_scales else None   # the blocks' scales, a slot each
+            # smem_scales: each ring slot's block scales (a: the tile's rows, b: one)
+            sa_s = T.alloc_shared((stages, rows_a), "float32") if smem_scales else None
             sb_s = T.alloc_shared((stages,), "float32") if smem_scales else None
             sc = (sa_s, sb_s) if smem_scales else (a_scale, b_scale)   # where the consumers read scales
             empty = T.alloc_barrier([128 * consumers] * stages)

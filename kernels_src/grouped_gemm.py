@@ -283,7 +283,8 @@ BF16_CLASSES = {
 # docs/sweeps/fp8_ring.py: contiguous +3-11%, masked +4-8%).  Contiguous: persistent CTAs, one a
 # SM, so the next tile's loads run under this tile's epilogue (with the ring, equal to or faster
 # than the grid form at K = 7168 too, and +4-7% at K = 2048).
-FP8_WS = dict(block_M=128, stages=4, consumers=2, unroll=2, mma="ws", smem_scales=True, producer_regs=40, consumer_regs=232)
+FP8_WS = dict(block_M=128, stages=4, consumers=2, unroll=2, mma="ws", smem_scales=True, producer_regs=40,
+              consumer_regs=232)
 # Masked Mmax <= 64 (DeepEP low-latency counts): one 64-row consumer, 8 stages; streams the expert
 # weights 3-9% faster than FP8_SMALL (docs/sweeps/fp8_masked_small.py: 85-89% of copy at K = 7168).
 # (Scales from global memory as before: the ring is unmeasured on this tile.)

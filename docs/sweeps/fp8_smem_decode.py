@@ -11,6 +11,8 @@ Build:
   .venv/bin/python -m build_tools build --src docs/sweeps/fp8_smem_decode.py --namespace sw --arch sm_90a \\
       --out .ab/fp8sd/pack --cache /tmp/gwscache -j 2
 Run (cwd outside the repo): TKREG_PACKS=pack python3 fp8_smem_decode.py OUT.json
+Results (2026-12-02, H200): bit-exact; decode-ws +1-3% at N >= 8192, +7-15% at N = 4096 / 7168 (where
+the shipped decode-16 tiles are still as fast or faster); ws-64 +2-4%.  Not shipped yet (docs/gemm-tuning.md).
 """
 import json
 import pathlib

@@ -21,8 +21,8 @@ One CTA = block_M x 128 output tile (block_M = 64 * consumers), 128 * (consumers
   producer  (threads 0-127, setmaxnreg.dec to `producer_regs`): for kb in 0..nk-1, slot s = kb % S:
       wait  empty[s] parity ((kb // S) + 1) & 1   (fresh barrier: parity 1 passes at once)
       one elected thread: expect_tx + TMA a tile -> a_s[s], b tile -> b_s[s]   (OOB = zeros)
-      smem_scales: thread t stores block kb's scale of the tile's row t -> sa_s[s, t], thread 0 b's block
-            scale -> sb_s[s] (both loaded from global memory before the empty wait)
+      smem_scales: thread t stores block kb's scale of the tile's row t -> sa_s[s, t], thread 0
+            b's block scale -> sb_s[s] (both loaded from global memory before the empty wait)
       all 128 threads arrive on full[s]            (full[s] init count 128, + the TMA bytes; the
             arrive releases the scale stores, the consumers' wait acquires them)
   consumer c (threads 128(c+1)..+127, setmaxnreg.inc to `consumer_regs`), rows r0 = 64 c; block b
@@ -80,9 +80,9 @@ the odd last block of a tile is released too (its slot is reused), and each epil
 the warpgroup's named barrier, so no thread overwrites c_s before the previous tile's TMA store,
 waited by its issuing thread, has read it.
 Registers: a consumer thread holds acc 64 + two parts 128 fp32; 2 consumers at 240 + producer at
-24 is 2 * 128 * 240 + 128 * 24 = 64512 <= 65536 (smem_scales: 232 + 40, the producer holding the loaded
-scales; at 24 it spills).  (Three consumers with each block split into two
-64-column halves fit at 160 registers, but lost 4-37% to this tile; a 2-CTA cluster multicasting
+24 is 2 * 128 * 240 + 128 * 24 = 64512 <= 65536 (smem_scales: 232 + 40, the producer holding the
+loaded scales; at 24 it spills).  (Three consumers with each block split into two 64-column halves
+fit at 160 registers, but lost 4-37% to this tile; a 2-CTA cluster multicasting
 the shared A tile was +-9% shape by shape and lost on the grouped GEMMs: docs/gemm-tuning.md.)
 """
 GROUP = 128
@@ -183,9 +183,10 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             acc, first):
         # block b -> cur; then block b-1 (in prev, scales sa_prev/sb_prev) is retired and promoted
         # while block b's chain runs, and prev's scale registers take block b+1's scales
+        # (smem_scales: cur's take block b's, from its slot, right after the issue)
         T.mbarrier_wait_parity(full[(g0 + b) % stages], ((g0 + b) // stages) % 2)
         issue(a_s, b_s, (g0 + b) % stages, r0, cur)
-        if smem_scales:   # block b's scales from its slot (shared memory: no global latency on this path)
+        if smem_scales:   # from shared memory: no global latency on the path to the next issue
             scales(a_scale, b_scale, e, m0, n0, r0, g0, b, sa_cur, sb_cur)
         # not first: block b-1 done, block b may run on.  first: a run-time no-op (block b-1 was
         # retired by the previous group's wait_group 0), but ptxas injects a full wait (C7517)

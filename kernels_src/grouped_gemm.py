@@ -279,7 +279,7 @@ BF16_CLASSES = {
 # sm_90a: the 128-row tiles are the hand-written warp-specialized tile (kernels_src/fp8_ws.py),
 # which promotes block k under block k+1's WGMMAs; sm_100a keeps the pipelined FP8_MID (mma.sync).
 # Masked Mmax <= 64: FP8_WS_64 on sm_90a, FP8_SMALL on sm_100a.
-# The scales ride the ring (`smem_scales`: the producer stages each K block's scales in shared memory;
+# The scales ride the ring (`smem_scales`: the producer stages each K block's scales in its slot;
 # docs/sweeps/fp8_ring.py: contiguous +3-11%, masked +4-8%).  Contiguous: persistent CTAs, one a
 # SM, so the next tile's loads run under this tile's epilogue (with the ring, equal to or faster
 # than the grid form at K = 7168 too, and +4-7% at K = 2048).
@@ -287,7 +287,7 @@ FP8_WS = dict(block_M=128, stages=4, consumers=2, unroll=2, mma="ws", smem_scale
               consumer_regs=232)
 # Masked Mmax <= 64 (DeepEP low-latency counts): one 64-row consumer, 8 stages; streams the expert
 # weights 3-9% faster than FP8_SMALL (docs/sweeps/fp8_masked_small.py: 85-89% of copy at K = 7168).
-# (Scales from global memory as before: the ring is unmeasured on this tile.)
+# (Scales from global memory: smem_scales measured +2-4% here, docs/gemm-tuning.md; not shipped yet.)
 FP8_WS_64 = dict(block_M=64, stages=8, consumers=1, unroll=2, mma="ws")
 FP8_CLASSES = {      # per arch
     "sm_90a": {"contiguous": (("ws-persistent", dict(FP8_WS, persistent=True), None, 0),),

@@ -291,8 +291,8 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
     def producer(a, b, a_scale, b_scale, e, nk, m0, n0, g0, a_s, b_s, sa_s, sb_s, full, empty, tx):
         # smem_scales: block k's scales ride in its slot, thread t loading the tile's row t and
         # thread 0 b's block, issued before the wait for the slot so their latency hides under it
-        sav = T.alloc_local((1,), "float32")
-        sbv = T.alloc_local((1,), "float32")
+        sav = T.alloc_local((1,), "float32") if smem_scales else None
+        sbv = T.alloc_local((1,), "float32") if smem_scales else None
         for k in T.serial(nk):
             s = (g0 + k) % stages
             if smem_scales:   # (swap_ab: the A side is the tile's tokens; both consumers' weight

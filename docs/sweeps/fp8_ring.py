@@ -4,7 +4,7 @@ each K block's a / b scales in its ring slot beside the tiles, and a consumer re
 scales after waiting for the slot).  Why: ncu on the shipped tile at 8192^3 (tensor pipe 66%
 busy, against 94% for the bf16 tile and 80% for torch's blockwise _scaled_mm) put the consumers'
 top stall on the b-scale's global load (R2UR right after its LDG, long scoreboard), on the path
-to the next block's WGMMA issue.  Runner: fp8_stagger.run (every cfg bit for bit against the
+to the next block's WGMMA issue.  Runner: fp8_sweep.run (every cfg bit for bit against the
 shipped op, then all timed in turn in ONE process).  Ships since: dense ws-128, grouped FP8_WS.
 cfg (dense):
   0 = shipped ws-128 (persistent, panel 16, 4 stages, 24 / 240 registers)
@@ -24,8 +24,7 @@ import pathlib
 import sys
 
 sys.path.append(str(pathlib.Path(__file__).resolve().parent))
-sys.path.append(str(pathlib.Path(__file__).resolve().parents[2]))   # after site-packages: the installed tkreg
-from tkreg.spec import OpSpec, Scalar, Variant  # noqa: E402
+from fp8_sweep import grouped_op, sweep_op  # noqa: E402
 
 R = dict(smem_scales=True, producer_regs=40, consumer_regs=232)
 
@@ -33,25 +32,15 @@ R = dict(smem_scales=True, producer_regs=40, consumer_regs=232)
 def specs():
     from kernels_src import fp8_gemm as F, grouped_gemm as G
     ws = dict(F.CLASSES[[c[0] for c in F.CLASSES].index("ws-128")][1])
+    ws = {k: v for k, v in ws.items() if k not in R}   # the tile as it shipped before this sweep
     dense = [ws, dict(ws, **R), dict(ws, **R, stages=5), dict(ws, **R, persistent=False, panel=10),
              dict(ws, producer_regs=40, consumer_regs=232)]
-    gws = dict(G.FP8_WS, fp8=True)
+    gws = {k: v for k, v in dict(G.FP8_WS, fp8=True).items() if k not in R}
     gp = dict(gws, persistent=True)
-    grouped = {"contiguous": [gp, dict(gp, **R), gws, dict(gws, **R)], "masked": [gws, dict(gws, **R)]}
-    by = {s.name: s for m in (F, G) for s in m.SPECS}
-
-    def op(name, factory, cfgs, base=None):
-        spec = by[f"tkreg.{name}"]
-        vs = tuple(Variant(dict(c, shape_class=f"cfg{i}"), rule=f"cfg == {i}" + (f" and {base}" if base else ""),
-                           pass_configs=F.WS_PASS_CONFIGS) for i, c in enumerate(cfgs))
-        return OpSpec(name=f"sw.{name}", doc=spec.doc, tensors=spec.tensors, scalars=spec.scalars + (Scalar("cfg", "int32", 0),),
-                      factory=factory, variants=vs, archs=("sm_90a",), reference=spec.reference, index64=spec.index64)
-    return (op("fp8_gemm", F.fp8_gemm_factory, dense),) + tuple(
-        op(name, G.factory, [dict(c, layout=layout) for c in grouped[layout]],
-           base=f"E <= {2**G.LOG_E - 1} and {G.OUT32[layout]}")
-        for name, layout in (("fp8_grouped_gemm", "contiguous"), ("fp8_grouped_gemm_masked", "masked")))
+    return (sweep_op("fp8_gemm", dense), grouped_op("contiguous", [gp, dict(gp, **R), gws, dict(gws, **R)]),
+            grouped_op("masked", [gws, dict(gws, **R)]))
 
 
 if __name__ == "__main__":
-    import fp8_stagger
-    fp8_stagger.run(sys.argv[1], nd=5, nc=4, nm=2)
+    import fp8_sweep
+    fp8_sweep.run(sys.argv[1], nd=5, nc=4, nm=2)

@@ -18,8 +18,8 @@ import json
 import pathlib
 import sys
 
-sys.path.append(str(pathlib.Path(__file__).resolve().parents[2]))   # after site-packages: the installed tkreg
-from tkreg.spec import OpSpec, Scalar, Variant  # noqa: E402
+sys.path.append(str(pathlib.Path(__file__).resolve().parent))
+from fp8_sweep import dense_checks, grouped_op, masked_inputs, sweep_op  # noqa: E402
 
 WEIGHTS = ((8192, 8192), (28672, 4096), (4096, 14336), (7168, 2048))
 CHECK = [(1, 8192, 128), (5, 8200, 1152), (16, 8192, 2000), (3, 16384, 7168), (16, 1000, 5248)]
@@ -30,18 +30,9 @@ def specs():
     cls = {c[0]: dict(c[1]) for c in F.CLASSES}
     dws, d16 = cls["decode-ws"], cls["decode-16"]
     dense = [dws, dict(dws, smem_scales=True), d16, dict(dws, smem_scales=True, stages=12)]
-    m64 = dict(G.FP8_WS_64, fp8=True, layout="masked")
+    m64 = dict(G.FP8_WS_64, fp8=True)
     masked = [m64, dict(m64, smem_scales=True, producer_regs=40)]
-    by = {s.name: s for m in (F, G) for s in m.SPECS}
-
-    def op(name, factory, cfgs, base=None):
-        spec = by[f"tkreg.{name}"]
-        vs = tuple(Variant(dict(c, shape_class=f"cfg{i}"), rule=f"cfg == {i}" + (f" and {base}" if base else ""),
-                           pass_configs=F.WS_PASS_CONFIGS if c.get("mma") == "ws" else ()) for i, c in enumerate(cfgs))
-        return OpSpec(name=f"sw.{name}", doc=spec.doc, tensors=spec.tensors, scalars=spec.scalars + (Scalar("cfg", "int32", 0),),
-                      factory=factory, variants=vs, archs=("sm_90a",), reference=spec.reference, index64=spec.index64)
-    return (op("fp8_gemm", F.fp8_gemm_factory, dense),
-            op("fp8_grouped_gemm_masked", G.factory, masked, base=f"E <= {2**G.LOG_E - 1} and {G.OUT32['masked']}"))
+    return sweep_op("fp8_gemm", dense), grouped_op("masked", masked)
 
 
 def run(out: str):
@@ -49,17 +40,7 @@ def run(out: str):
     from tkreg.bench.timing import copy_sets, queued_ms, queued_ms_paired, rotations
     ops, f8, res = tkreg.ops, torch.float8_e4m3fn, {"checks": [], "decode": [], "masked": []}
     torch.manual_seed(0)
-    for m, n, k in CHECK:
-        kb = -(-k // 128)
-        qa = (torch.randn(m, k, device="cuda") * 0.5).to(f8)
-        qb = (torch.randn(n, k, device="cuda") * 0.5).to(f8)
-        sa = torch.rand(m, kb, device="cuda") + 0.5
-        sb = torch.rand(-(-n // 128), kb, device="cuda") + 0.5
-        for s in (sa, sa.t().contiguous().t()):
-            ref = ops.fp8_gemm(qa, s, qb, sb)
-            d = [int((tkreg.call("sw.fp8_gemm", qa, s, qb, sb, cfg=c).view(torch.int16) != ref.view(torch.int16)).sum())
-                 for c in range(4)]
-            res["checks"].append(dict(op="dense", shape=[m, n, k], diffs=d))
+    res["checks"] += dense_checks(CHECK, 4)
     for e, mmax, n, k in ((8, 64, 4096, 7168), (5, 64, 1000, 1152)):
         counts = torch.tensor([(i * 13) % (mmax + 1) for i in range(e)], dtype=torch.int32, device="cuda")
         qm = (torch.randn(e, mmax, k, device="cuda") * 0.5).to(f8)
@@ -95,13 +76,7 @@ def run(out: str):
             counts = torch.tensor([max(1, int(per * (0.7 + 0.6 * ((i * 37) % 11) / 10))) for i in range(e)],
                                   dtype=torch.int32, device="cuda").clamp_(max=mmax)
 
-            def make():
-                x = torch.randn(e * mmax, k, dtype=torch.bfloat16, device="cuda")
-                qa, sa = ops.per_token_group_quant_fp8(x)
-                qb = torch.randn(e, n, k, dtype=torch.bfloat16, device="cuda").mul_(0.05).to(f8)
-                sb = torch.rand(e, n // 128, k // 128, device="cuda") + 0.5
-                return qa.view(e, mmax, k), sa.view(e, mmax, k // 128), qb, sb
-            sets = rotations(make, e * mmax * k + e * n * k + 2 * e * mmax * n)
+            sets = rotations(masked_inputs(e, mmax, n, k), e * mmax * k + e * n * k + 2 * e * mmax * n)
             fns = [lambda qa, sa, qb, sb, c=c: tkreg.call("sw.fp8_grouped_gemm_masked", qa, sa, qb, sb, counts, cfg=c)
                    for c in range(2)]
             fns += [lambda qa, sa, qb, sb: ops.fp8_grouped_gemm_masked(qa, sa, qb, sb, counts)]

@@ -16,12 +16,14 @@ DENSE_T = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 7168, 2048), (4096, 2
 
 def sweep_op(name: str, cfgs, base: str = None) -> OpSpec:
     """sw.<name>: tkreg.<name>'s signature plus a `cfg` scalar; cfg i runs cfgs[i] (`base`: the
-    op's own size limits, kept)."""
+    op's own size limits, kept; a cfg's "sass_edits" goes to its Variant, not to the factory)."""
     from kernels_src import fp8_gemm as F, grouped_gemm as G
     spec = next(s for m in (F, G) for s in m.SPECS if s.name == f"tkreg.{name}")
     factory = F.fp8_gemm_factory if name == "fp8_gemm" else G.factory
-    vs = tuple(Variant(dict(c, shape_class=f"cfg{i}"), rule=f"cfg == {i}" + (f" and {base}" if base else ""),
-                       pass_configs=F.WS_PASS_CONFIGS if c.get("mma") == "ws" else ()) for i, c in enumerate(cfgs))
+    vs = tuple(Variant({k: v for k, v in c.items() if k != "sass_edits"} | dict(shape_class=f"cfg{i}"),
+                       rule=f"cfg == {i}" + (f" and {base}" if base else ""),
+                       pass_configs=F.WS_PASS_CONFIGS if c.get("mma") == "ws" else (), sass_edits=c.get("sass_edits", ()))
+               for i, c in enumerate(cfgs))
     return OpSpec(name=f"sw.{name}", doc=spec.doc, tensors=spec.tensors, scalars=spec.scalars + (Scalar("cfg", "int32", 0),),
                   factory=factory, variants=vs, archs=("sm_90a",), reference=spec.reference, index64=spec.index64)
 

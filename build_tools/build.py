@@ -70,9 +70,6 @@ def _compile_job(job: Job, cache_root: str):
         source = comp.canonical_source(art.kernel_source)
         flags = comp.device_flags(dict(variant.pass_configs)) + variant.nvcc_flags
         cubin = comp.nvcc(source, job.arch, work, flags)
-        if variant.sass_edits:
-            from .sass_edit import apply_edits
-            cubin = apply_edits(cubin, variant.sass_edits, job.arch)
         shutil.rmtree(work, ignore_errors=True)
         cache_mod.Cache(Path(cache_root)).put(job.key, cubin, plan.to_json(), source)
         return None

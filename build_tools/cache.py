@@ -2,7 +2,7 @@
 
 The key covers everything that can change the cubin or its plan: the family module's source and
 the local modules it imports (build_tools/sources.py),
-the variant's parameters, rule, pass configs, nvcc flags and SASS edits, arch, tilelang and nvcc versions, nvcc flags, and the source of the
+the variant's parameters, rule, pass configs and nvcc flags, arch, tilelang and nvcc versions, nvcc flags, and the source of the
 build tools that lower and extract plans.  Entries are written atomically (tmp dir + rename).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-_TOOL_FILES = ("compile.py", "plan.py", "tir_expr.py", "sass_edit.py")
+_TOOL_FILES = ("compile.py", "plan.py", "tir_expr.py")
 
 
 def default_dir() -> Path:

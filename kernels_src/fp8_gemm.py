@@ -198,10 +198,11 @@ def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "
 # weight tiles; split-K pays there for N <= 32 * SM_COUNT (few N tiles, long K).  From N = 8192 the
 # decode tiles run on the warp-specialized tile in swap-AB form (block k+1's WGMMAs issued before
 # block k's promotion; docs/sweeps/fp8_decode_ws.py): M = 1 28672x4096 2909 -> 3418 GB/s of weights,
-# 8192^2 2976 -> 3201; with fewer N tiles (N = 4096 / 7168) it lost 4-9% to decode-16.
+# 8192^2 2976 -> 3201; with its scales staged in shared memory too (docs/sweeps/fp8_ffma.py: +2-3%)
+# it also beats decode-16 at N = 7168 (+4-5%), not decode-16-split at N = 4096 (-2%).
 CLASSES = (
     ("decode-ws", dict(mma="ws", swap_ab=True, block_tok=16, block_M=64, consumers=1, producer_regs=0, stages=8,
-                       unroll=2, splits=1), "M <= 16 and N >= 8192", 65),
+                       unroll=2, splits=1, smem_scales=True), "M <= 16 and N >= 7168", 65),
     ("decode-16-split", dict(block_M=16, block_N=64, stages=16, threads=128, splits=2, swap_ab=True),
      "M <= 16 and 32 * N <= 1024 * SM_COUNT and K >= 2048", 60),
     ("decode-16", dict(block_M=16, block_N=64, stages=16, threads=128, splits=1, swap_ab=True), "M <= 16", 55),

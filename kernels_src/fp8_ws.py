@@ -93,18 +93,22 @@ PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memor
 
 def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4, consumers: int = 2,
                 panel: int = 10, producer_regs: int = 24, consumer_regs: int = 240, unroll: int = 2,
-                expert_of=None, sm_count=None, swap_ab: bool = False, block_tok: int = 16, smem_scales: bool = False):
+                expert_of=None, sm_count=None, swap_ab: bool = False, block_tok: int = 16, smem_scales: bool = False,
+                min_blocks: int = 1):
     """The kernel body `body(a, a_scale, b, b_scale, groups, out)` (groups None when dense); the
     macro `expert_of(groups, m0, bz, e, hi, valid)` sets a grouped tile's expert, row limit and
     whether it has work (grouped_gemm.py).  swap_ab (dense decode): the consumers' 64-row WGMMA
     side is weight rows (block_M of them), the tokens (block_tok) its N side, as in
-    kernels_src/fp8_gemm.py's swap-AB tiles; producer_regs 0: no register rebalancing."""
+    kernels_src/fp8_gemm.py's swap-AB tiles; producer_regs 0: no register rebalancing.  min_blocks
+    (grid form): __launch_bounds__(threads, min_blocks), so that many CTAs share an SM when their
+    registers (the setmaxnreg split included) and shared memory fit."""
     assert layout in ("dense", "contiguous", "masked") and (layout == "dense") == (expert_of is None)
     assert block_M == 64 * consumers and consumers in (1, 2)
     assert unroll in (2, 4)
     persistent = sm_count is not None   # one CTA a SM looping over tiles (SM_COUNT, a kernel argument)
     assert stages >= 2, "a slot stays held by the WGMMA chain in flight (see the docstring)"
-    assert not producer_regs or 128 * (consumers * consumer_regs + producer_regs) <= 65536
+    assert not producer_regs or 128 * (consumers * consumer_regs + producer_regs) * min_blocks <= 65536
+    assert min_blocks == 1 or sm_count is None, "a persistent kernel runs one CTA a SM"
     assert not swap_ab or (layout == "dense" and not persistent and block_tok % 8 == 0)
     block_N = block_K = GROUP
     half = 64
@@ -411,6 +415,8 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
     def grid_body(a, a_scale, b, b_scale, groups, out):
         with T.Kernel(T.ceildiv(N, rows_b), T.ceildiv(M, rows_a), E if masked else 1,
                       threads=threads) as (bx, by, bz):
+            if min_blocks > 1:
+                T.annotate_min_blocks_per_sm(min_blocks)
             a_s = T.alloc_shared((stages, rows_a, block_K), FP8)
             b_s = T.alloc_shared((stages, rows_b, block_K), FP8)
             # one named buffer a consumer (from a list they were all "buffer", and which one got

@@ -286,9 +286,11 @@ BF16_CLASSES = {
 FP8_WS = dict(block_M=128, stages=4, consumers=2, unroll=2, mma="ws", smem_scales=True, producer_regs=40,
               consumer_regs=232)
 # Masked Mmax <= 64 (DeepEP low-latency counts): one 64-row consumer, 8 stages; streams the expert
-# weights 3-9% faster than FP8_SMALL (docs/sweeps/fp8_masked_small.py: 85-89% of copy at K = 7168).
-# (Scales from global memory: smem_scales measured +2-4% here, docs/gemm-tuning.md; not shipped yet.)
-FP8_WS_64 = dict(block_M=64, stages=8, consumers=1, unroll=2, mma="ws")
+# weights 3-9% faster than FP8_SMALL (docs/sweeps/fp8_masked_small.py: 85-89% of copy at K = 7168),
+# its scales in the ring too (+2-7%, docs/sweeps/fp8_masked_occ.py, where two CTAs a SM at 3 stages
+# won at K = 2048 on some counts and lost up to 17% at K = 7168).
+FP8_WS_64 = dict(block_M=64, stages=8, consumers=1, unroll=2, mma="ws", smem_scales=True, producer_regs=40,
+                 consumer_regs=232)
 FP8_CLASSES = {      # per arch
     "sm_90a": {"contiguous": (("ws-persistent", dict(FP8_WS, persistent=True), None, 0),),
                "masked": (("ws", FP8_WS, "M > 64", 10), ("ws-64", FP8_WS_64, None, 0))},

@@ -115,6 +115,11 @@ def _t4x4(T, src, i0, step):
 # ---- transpose -----------------------------------------------------------------------------------
 # element size -> (kernel dtype, R rows per thread = store vector, C columns = load vector)
 TRANSPOSE = {1: ("uint8", 8, 16), 2: ("float16", 8, 8), 4: ("int32", 4, 4)}
+# The shared-memory tile when one pitch is not a whole number of vectors: 16-byte loads (vec_n) or
+# stores (vec_m) along the other, rows padded by 16 bytes, 128 x 64 tiles (docs/sweeps/
+# transpose_tiled.py on the H200, 4097 x 7168: bf16 1415 -> 2448 GB/s, 1-byte 725 -> 1424, against
+# element loads); both pitches unaligned: element accesses
+TILED = dict(tile=64, tile_m=128, pad_bytes=16)
 
 
 def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256):
@@ -170,6 +175,54 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256):
                             out[bb, n0 + c, m0 + r] = x[bb, m0 + r, n0 + c]
 
     return batched_transpose
+
+
+def transpose_tiled_kernel(dtype: str, tile: int = 64, threads: int = 256, tile_m: int = 0, vec_n: int = 0,
+                           vec_m: int = 0, pad_bytes: int = 4):
+    """x[B, M, N] -> out[B, N, M] when a pitch is not a whole number of 16-byte vectors (M % R or
+    N % C != 0, e.g. an odd token count), which transpose_kernel's vectors need: its element-by-
+    element fallback moved 4097 x 7168 bf16 at 16% of copy.  Here a tile_m x tile block goes
+    through shared memory, so both the loads (lanes along N) and the stores (lanes along M) are
+    coalesced.  vec_n: N % vec_n == 0 is known (the variant's rule), so the loads vectorize up to
+    the padded rows' alignment (pad_bytes 16: 16-byte loads; 4: an odd number of 4-byte words a
+    row, so a warp reading a column hits 32 banks, but only 4-byte loads).  The stores stay one
+    element a lane (an odd M leaves no wider alignment): 57% of copy for bf16, 33% for 1-byte
+    elements at 4097 x 7168 (docs/sweeps/transpose_tiled.py, BENCHMARKS.md).  vec_m (M % vec_m ==
+    0, N unaligned): the tile is staged transposed, so the shared-memory reads and global stores
+    run along M and vectorize, and the element loads along N stay coalesced."""
+    import tilelang.language as T
+
+    B, M, N = T.dynamic("B"), T.dynamic("M"), T.dynamic("N")
+    pad = pad_bytes // {"uint8": 1, "float16": 2, "int32": 4}[dtype]
+    tm = tile_m or tile
+
+    @T.prim_func
+    def batched_transpose(x: T.Tensor((B, M, N), dtype), out: T.Tensor((B, N, M), dtype)):
+        with T.Kernel(T.ceildiv(N, tile), T.ceildiv(M, tm), B, threads=threads) as (bn, bm, bb):
+            if vec_n:
+                T.assume(N % vec_n == 0)
+            if vec_m:
+                T.assume(M % vec_m == 0)
+            m0, n0 = bm * tm, bn * tile
+            # vec_m: staged transposed (rows along M); else rows along N
+            t = T.alloc_shared((tile, tm + pad) if vec_m else (tm, tile + pad), dtype)
+            for i, j in T.Parallel(tm, tile):
+                if m0 + i < M and n0 + j < N:
+                    t[(j, i) if vec_m else (i, j)] = x[bb, m0 + i, n0 + j]
+            for j, i in T.Parallel(tile, tm):
+                if m0 + i < M and n0 + j < N:
+                    out[bb, n0 + j, m0 + i] = t[(j, i) if vec_m else (i, j)]
+
+    return batched_transpose
+
+
+def transpose_factory(dtype: str, rows: int = 0, cols: int = 0, tile: int = 0, threads: int = 256, arch: str = "",
+                      **tiled):
+    """The vector kernel for 16-byte-aligned pitches (rows / cols), else the shared-memory tile
+    (the same source for both archs)."""
+    if tile:
+        return transpose_tiled_kernel(dtype, tile, threads, **tiled)
+    return transpose_kernel(dtype, rows, cols, threads)
 
 
 # ---- per-channel FP8 (128-token groups) --------------------------------------------------------
@@ -837,8 +890,12 @@ SPECS = (
             "of those sizes as uint8 / float16 / int32)",
         tensors=(Tensor("x", ("B", "M", "N"), dtypes=tuple(d for d, _, _ in TRANSPOSE.values())),
                  Tensor("out", ("B", "N", "M"), dtype_of="x", role="output")),
-        factory=transpose_kernel,
-        variants=tuple(Variant(dict(dtype=d, rows=r, cols=c), rule="B <= 65535") for d, r, c in TRANSPOSE.values()),
+        factory=transpose_factory,
+        variants=tuple(Variant(dict(dtype=d, rows=r, cols=c), rule=f"B <= 65535 and M % {r} == 0 and N % {c} == 0",
+                               priority=2) for d, r, c in TRANSPOSE.values())
+        + tuple(Variant(dict(dtype=d, **TILED, **{v: c}), rule=f"B <= 65535 and {dim} % {c} == 0", priority=1)
+                for d, _, c in TRANSPOSE.values() for v, dim in (("vec_n", "N"), ("vec_m", "M")))
+        + tuple(Variant(dict(dtype=d, tile=64), rule="B <= 65535") for d, _, _ in TRANSPOSE.values()),
         reference=_REF + "batched_transpose"),
     OpSpec(
         name="tkreg.per_channel_quant_fp8",

@@ -5,7 +5,7 @@
  "toolchain": {"tilelang": "0.1.15", "nvcc": "13.0.88", "flags": [...]},
  "ops": {"tkreg.rms_norm": {
      "spec": <OpSpec.to_json(): tensors, scalars, variants (params, rule, priority, archs,
-              pass_configs, nvcc_flags, sass_edits), archs, reference, backward, index64, extends, doc>,
+              pass_configs, nvcc_flags), archs, reference, backward, index64, extends, doc>,
      "variants": [<VariantRecord.to_json()>: {"key": "N=4096,dtype=bfloat16", "cubin": "<file>",
                    "sha256": "<hex>", "source_hash": "<hex>", "plan": <Plan.to_json()>}]}}}
 ```

@@ -195,9 +195,8 @@ class Variant(Fields):
     `rule` is a boolean expression ("M <= 64 and K % 128 == 0", "has_bias"); static dims the
     factory bakes in become rules automatically.  Higher `priority` is tried first.  `archs`
     limits it to some archs; `pass_configs` (tilelang PassContext options) and `nvcc_flags`
-    (appended to tkreg's own) tune its compile; `sass_edits` names build_tools/sass_edit.py
-    edits applied to the cubin after nvcc (scheduling hints only, e.g. "ffma_interleave").  The
-    factory is called with the params, plus `arch=` when it has an `arch` parameter.
+    (appended to tkreg's own) tune its compile.  The factory is called with the params, plus
+    `arch=` when it has an `arch` parameter.
     """
     params: tuple
     rule: str | None = None
@@ -205,10 +204,9 @@ class Variant(Fields):
     archs: tuple | None = None
     pass_configs: tuple = ()
     nvcc_flags: tuple = ()
-    sass_edits: tuple = ()
 
     def __init__(self, params: Mapping | tuple, rule: str | None = None, priority: int = 0,
-                 archs=None, pass_configs: Mapping | tuple = (), nvcc_flags=(), sass_edits=()):
+                 archs=None, pass_configs: Mapping | tuple = (), nvcc_flags=()):
         items = tuple(sorted(dict(params).items()))
         for k, v in items:
             if not isinstance(k, str) or not re.fullmatch(_NAME, k):
@@ -220,7 +218,6 @@ class Variant(Fields):
         object.__setattr__(self, "archs", tuple(archs) if archs else None)
         object.__setattr__(self, "pass_configs", tuple(sorted(dict(pass_configs).items())))
         object.__setattr__(self, "nvcc_flags", tuple(nvcc_flags))
-        object.__setattr__(self, "sass_edits", tuple(sass_edits))
         if rule:
             _expr.parse(rule)  # fail early on a bad rule
 
@@ -253,14 +250,12 @@ class Variant(Fields):
             d["pass_configs"] = dict(self.pass_configs)
         if self.nvcc_flags:
             d["nvcc_flags"] = list(self.nvcc_flags)
-        if self.sass_edits:
-            d["sass_edits"] = list(self.sass_edits)
         return d
 
     @classmethod
     def from_json(cls, d: Mapping) -> "Variant":
         return cls(d["params"], d.get("rule"), d.get("priority", 0), d.get("archs"),
-                   d.get("pass_configs", {}), d.get("nvcc_flags", ()), d.get("sass_edits", ()))
+                   d.get("pass_configs", {}), d.get("nvcc_flags", ()))
 
 
 @RECORD

@@ -31,12 +31,11 @@ import pathlib
 import sys
 
 sys.path.append(str(pathlib.Path(__file__).resolve().parent))
-from fp8_sweep import dense_checks, grouped_op, masked_inputs, sweep_op  # noqa: E402
+from fp8_sweep import decode_times, dense_checks, grouped_op, masked_checks, masked_small_times, sweep_op  # noqa: E402
 
 FF = dict(sass_edits=("ffma_interleave",))
 SMEM = dict(smem_scales=True)
 DECODE_CHECK = [(1, 8192, 128), (5, 8200, 1152), (16, 8192, 2000), (3, 16384, 7168)]
-WEIGHTS = ((8192, 8192), (28672, 4096), (4096, 14336), (7168, 2048))
 
 
 def specs():
@@ -53,55 +52,13 @@ def specs():
 
 def run_small(out: str, res: dict):
     """cfgs 2-3 (masked 2-4): checks at M <= 16 / Mmax 64, then decode and small masked timings."""
-    import torch, tkreg
-    from tkreg.bench.timing import copy_sets, queued_ms, queued_ms_paired, rotations
-    ops, f8 = tkreg.ops, torch.float8_e4m3fn
-    checks = [r for r in dense_checks(DECODE_CHECK, 4)]
+    checks = dense_checks(DECODE_CHECK, 4)
     for r in checks:
         r["diffs"] = r["diffs"][2:]
-    for e, mmax, n, k in ((8, 64, 4096, 7168), (5, 64, 1000, 1152)):
-        counts = torch.tensor([(i * 13) % (mmax + 1) for i in range(e)], dtype=torch.int32, device="cuda")
-        qm = (torch.randn(e, mmax, k, device="cuda") * 0.5).to(f8)
-        sm = torch.rand(e, mmax, -(-k // 128), device="cuda") + 0.5
-        qb = (torch.randn(e, n, k, device="cuda") * 0.5).to(f8)
-        sb = torch.rand(e, -(-n // 128), -(-k // 128), device="cuda") + 0.5
-        ref = ops.fp8_grouped_gemm_masked(qm, sm, qb, sb, counts)
-        keep = (torch.arange(mmax, device="cuda")[None, :] < counts[:, None])[..., None]
-        d = [int(((tkreg.call("sw.fp8_grouped_gemm_masked", qm, sm, qb, sb, counts, cfg=c).view(torch.int16)
-                   != ref.view(torch.int16)) & keep).sum()) for c in (2, 3, 4)]
-        checks.append(dict(op="masked-64", shape=[e, mmax, n, k], diffs=d))
-    res["small_checks"] = checks
-    print("small checks", len(checks), "bad", [r for r in checks if any(r["diffs"])], flush=True)
-    res["decode"], res["masked64"] = [], []
-    for m in (1, 16):
-        for n, k in WEIGHTS:
-            def make():
-                x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
-                w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
-                return (*ops.per_token_group_quant_fp8(x), *ops.per_block_quant_fp8(w))
-            sets = rotations(make, m * k + n * k + 2 * m * n)
-            fns = [lambda qa, sa, qb, sb, c=c: tkreg.call("sw.fp8_gemm", qa, sa, qb, sb, cfg=c) for c in (2, 3)]
-            fns += [lambda qa, sa, qb, sb: ops.fp8_gemm(qa, sa, qb, sb)]
-            ms = queued_ms_paired(fns, sets, reps=50, runs=5)
-            copy = queued_ms(lambda s, d: d.copy_(s), copy_sets(n * k))
-            gbs = {nm: n * k / t / 1e6 for nm, t in zip(["cfg2", "cfg3", "shipped", "copy"], ms + [copy])}
-            res["decode"].append(dict(shape=[m, n, k], gbs=gbs))
-            print([m, n, k], " ".join(f"{a}:{v:.0f}" for a, v in gbs.items()), flush=True)
-            del sets
-    for e, per in ((8, 16), (16, 16), (8, 64)):
-        for n, k in ((4096, 7168), (7168, 2048)):
-            mmax = 64
-            counts = torch.tensor([max(1, int(per * (0.7 + 0.6 * ((i * 37) % 11) / 10))) for i in range(e)],
-                                  dtype=torch.int32, device="cuda").clamp_(max=mmax)
-            sets = rotations(masked_inputs(e, mmax, n, k), e * mmax * k + e * n * k + 2 * e * mmax * n)
-            fns = [lambda qa, sa, qb, sb, c=c: tkreg.call("sw.fp8_grouped_gemm_masked", qa, sa, qb, sb, counts, cfg=c)
-                   for c in (2, 3, 4)]
-            fns += [lambda qa, sa, qb, sb: ops.fp8_grouped_gemm_masked(qa, sa, qb, sb, counts)]
-            ms = queued_ms_paired(fns, sets, reps=40, runs=5)
-            gbs = {nm: e * n * k / t / 1e6 for nm, t in zip(["cfg2", "cfg3", "cfg4", "shipped"], ms)}
-            res["masked64"].append(dict(case=f"{e}e ~{per} N={n} K={k}", gbs=gbs))
-            print(res["masked64"][-1]["case"], " ".join(f"{a}:{v:.0f}" for a, v in gbs.items()), flush=True)
-            del sets
+    res["small_checks"] = checks + masked_checks((2, 3, 4))
+    print("small checks", len(res["small_checks"]), "bad", [r for r in res["small_checks"] if any(r["diffs"])], flush=True)
+    res["decode"] = decode_times((2, 3), ms=(1, 16))
+    res["masked64"] = masked_small_times((2, 3, 4), ((8, 16), (16, 16), (8, 64)))
     json.dump(res, open(out, "w"), indent=1)
 
 

@@ -16,14 +16,12 @@ DENSE_T = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 7168, 2048), (4096, 2
 
 def sweep_op(name: str, cfgs, base: str = None) -> OpSpec:
     """sw.<name>: tkreg.<name>'s signature plus a `cfg` scalar; cfg i runs cfgs[i] (`base`: the
-    op's own size limits, kept; a cfg's "sass_edits" goes to its Variant, not to the factory)."""
+    op's own size limits, kept)."""
     from kernels_src import fp8_gemm as F, grouped_gemm as G
     spec = next(s for m in (F, G) for s in m.SPECS if s.name == f"tkreg.{name}")
     factory = F.fp8_gemm_factory if name == "fp8_gemm" else G.factory
-    vs = tuple(Variant({k: v for k, v in c.items() if k != "sass_edits"} | dict(shape_class=f"cfg{i}"),
-                       rule=f"cfg == {i}" + (f" and {base}" if base else ""),
-                       pass_configs=F.WS_PASS_CONFIGS if c.get("mma") == "ws" else (), sass_edits=c.get("sass_edits", ()))
-               for i, c in enumerate(cfgs))
+    vs = tuple(Variant(dict(c, shape_class=f"cfg{i}"), rule=f"cfg == {i}" + (f" and {base}" if base else ""),
+                       pass_configs=F.WS_PASS_CONFIGS if c.get("mma") == "ws" else ()) for i, c in enumerate(cfgs))
     return OpSpec(name=f"sw.{name}", doc=spec.doc, tensors=spec.tensors, scalars=spec.scalars + (Scalar("cfg", "int32", 0),),
                   factory=factory, variants=vs, archs=("sm_90a",), reference=spec.reference, index64=spec.index64)
 
@@ -169,3 +167,71 @@ def run(out: str, nd: int = 4, nc: int = 4, nm: int = 2):
             torch.cuda.empty_cache()
         json.dump(res, open(out, "w"), indent=1)
 
+
+
+SMALL_MASKED = ((8, 64, 4096, 7168), (5, 64, 1000, 1152))
+
+
+def masked_checks(cfgs, cases=SMALL_MASKED) -> list:
+    """sw.fp8_grouped_gemm_masked cfgs against the shipped op, bit for bit on the counted rows (rows
+    past a count are unspecified): one row a case (e, Mmax, n, k), with each cfg's differing outputs."""
+    import torch, tkreg
+    f8, rows = torch.float8_e4m3fn, []
+    for e, mmax, n, k in cases:
+        counts = torch.tensor([(i * 13) % (mmax + 1) for i in range(e)], dtype=torch.int32, device="cuda")
+        qm = (torch.randn(e, mmax, k, device="cuda") * 0.5).to(f8)
+        sm = torch.rand(e, mmax, -(-k // 128), device="cuda") + 0.5
+        qb = (torch.randn(e, n, k, device="cuda") * 0.5).to(f8)
+        sb = torch.rand(e, -(-n // 128), -(-k // 128), device="cuda") + 0.5
+        ref = tkreg.ops.fp8_grouped_gemm_masked(qm, sm, qb, sb, counts)
+        keep = (torch.arange(mmax, device="cuda")[None, :] < counts[:, None])[..., None]
+        d = [int(((tkreg.call("sw.fp8_grouped_gemm_masked", qm, sm, qb, sb, counts, cfg=c).view(torch.int16)
+                   != ref.view(torch.int16)) & keep).sum()) for c in cfgs]
+        rows.append(dict(op="masked", shape=[e, mmax, n, k], diffs=d))
+    return rows
+
+
+def masked_small_times(cfgs, cases) -> list:
+    """Mmax 64 (DeepEP low-latency counts): sw.fp8_grouped_gemm_masked cfgs and the shipped op timed
+    in turn in one process, weight GB/s beside a same-size copy; `cases`: (experts, rows each)."""
+    import torch, tkreg
+    from tkreg.bench.timing import copy_sets, queued_ms, queued_ms_paired, rotations
+    out, mmax = [], 64
+    for e, per in cases:
+        for n, k in ((4096, 7168), (7168, 2048)):
+            counts = torch.tensor([max(1, int(per * (0.7 + 0.6 * ((i * 37) % 11) / 10))) for i in range(e)],
+                                  dtype=torch.int32, device="cuda").clamp_(max=mmax)
+            sets = rotations(masked_inputs(e, mmax, n, k), e * mmax * k + e * n * k + 2 * e * mmax * n)
+            fns = [lambda qa, sa, qb, sb, c=c: tkreg.call("sw.fp8_grouped_gemm_masked", qa, sa, qb, sb, counts, cfg=c)
+                   for c in cfgs]
+            fns += [lambda qa, sa, qb, sb: tkreg.ops.fp8_grouped_gemm_masked(qa, sa, qb, sb, counts)]
+            ms = queued_ms_paired(fns, sets, reps=40, runs=5)
+            copy = queued_ms(lambda s, d: d.copy_(s), copy_sets(e * n * k))
+            names = [f"cfg{c}" for c in cfgs] + ["shipped", "copy"]
+            out.append(dict(case=f"{e}e ~{per} N={n} K={k}", gbs={a: e * n * k / t / 1e6 for a, t in zip(names, ms + [copy])}))
+            print(out[-1]["case"], " ".join(f"{a}:{v:.0f}" for a, v in out[-1]["gbs"].items()), flush=True)
+            del sets
+    return out
+
+
+def decode_times(cfgs, ms=(1, 8, 16), weights=((8192, 8192), (28672, 4096), (4096, 14336), (7168, 2048))) -> list:
+    """Decode: sw.fp8_gemm cfgs and the shipped op timed in turn in one process at M tokens x each
+    (N, K) weight, weight GB/s beside a same-size copy."""
+    import torch, tkreg
+    from tkreg.bench.timing import copy_sets, queued_ms, queued_ms_paired, rotations
+    ops, out = tkreg.ops, []
+    for m in ms:
+        for n, k in weights:
+            def make():
+                x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+                w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+                return (*ops.per_token_group_quant_fp8(x), *ops.per_block_quant_fp8(w))
+            sets = rotations(make, m * k + n * k + 2 * m * n)
+            fns = [lambda qa, sa, qb, sb, c=c: tkreg.call("sw.fp8_gemm", qa, sa, qb, sb, cfg=c) for c in cfgs]
+            fns += [lambda qa, sa, qb, sb: ops.fp8_gemm(qa, sa, qb, sb)]
+            t = queued_ms_paired(fns, sets, reps=50, runs=5) + [queued_ms(lambda s, d: d.copy_(s), copy_sets(n * k))]
+            names = [f"cfg{c}" for c in cfgs] + ["shipped", "copy"]
+            out.append(dict(shape=[m, n, k], gbs={a: n * k / v / 1e6 for a, v in zip(names, t)}))
+            print(out[-1]["shape"], " ".join(f"{a}:{v:.0f}" for a, v in out[-1]["gbs"].items()), flush=True)
+            del sets
+    return out

@@ -36,7 +36,8 @@ def cases(quick, ceiling, progress):
     # transpose: (B, M, N, dtype)
     tr = [(1, 16384, 7168, bf16), (1, 8192, 16384, bf16), (1, 16384, 7168, torch.float8_e4m3fn)]
     if not quick:
-        tr += [(1, 8192, 4096, torch.float32), (32, 2048, 7168, bf16), (1, 4097, 7168, bf16)]
+        tr += [(1, 8192, 4096, torch.float32), (32, 2048, 7168, bf16), (1, 4097, 7168, bf16),
+               (1, 4097, 7168, torch.float8_e4m3fn), (1, 7168, 4097, bf16)]
     for b, m, n, dt in tr:
         nbytes = 2 * b * m * n * dt.itemsize
         sets = rotations(rnd(b, m, n, dt=dt), nbytes)

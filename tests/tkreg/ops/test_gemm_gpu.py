@@ -104,8 +104,9 @@ def dequantized_product(qa, sa, qb, sb):
 @pytest.mark.parametrize("layout", ["row", "colmajor"])
 @pytest.mark.parametrize("ue8m0", [False, True])
 @pytest.mark.parametrize("m, n, k, tile", [
-    (1, 1000, 5248, "block_M=16,block_N=64,splits=2"), (16, 7168, 1024, "block_M=16,block_N=64,splits=1"),
-    (8, 20480, 512, "block_tok=16,mma=ws,swap_ab=true"), (16, 8192, 1152, "block_tok=16,mma=ws,swap_ab=true"),
+    (1, 1000, 5248, "block_M=16,block_N=64,splits=2"), (16, 5120, 1024, "block_M=16,block_N=64,splits=1"),
+    (8, 20480, 512, "mma=ws,smem_scales=true,swap_ab=true"), (16, 8192, 1152, "mma=ws,smem_scales=true,swap_ab=true"),
+    (5, 7168, 1920, "mma=ws,smem_scales=true,swap_ab=true"),
     (37, 4096, 7168, "block_M=64,block_N=64,"),
     (200, 1000, 512, "block_M=64,block_N=64,"), (128, 8192, 1024, "block_M=64,block_N=128,"),
     (4097, 1024, 1024, "block_M=128,mma=ws"), (1000, 8192, 1920, "block_M=128,mma=ws"),

@@ -123,7 +123,8 @@ TILED = dict(tile=64, tile_m=128, pad_bytes=16)
 
 
 def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256):
-    """x[B, M, N] -> out[B, N, M].
+    """x[B, M, N] -> out[B, N, M] when both pitches are whole 16-byte vectors (M % R == 0 and
+    N % C == 0, the variant's rule; other shapes take transpose_tiled_kernel).
 
     The R x 16-byte block lives in 32-bit words and moves by PRMT (one byte-permute instruction
     per output word pair): 1-byte elements as 4 x 4 byte transposes (8 PRMT per 4 words), 2-byte as
@@ -168,7 +169,7 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256):
                         T.stg128(out[bb, n0 + c, m0], o[T.Ramp(c * 4, 1, 4)])
                     else:
                         T.stg64(out[bb, n0 + c, m0], o[T.Ramp(c * 2, 1, 2)])
-            else:                             # edge blocks and unaligned pitches: element by element
+            else:                             # lanes past an edge (or unaligned pitches): element by element
                 for c in T.unroll(cols):
                     for r in T.unroll(rows):
                         if m0 + r < M and n0 + c < N:

@@ -217,12 +217,12 @@ def transpose_tiled_kernel(dtype: str, tile: int = 64, threads: int = 256, tile_
     return batched_transpose
 
 
-def transpose_factory(dtype: str, rows: int = 0, cols: int = 0, tile: int = 0, threads: int = 256, arch: str = "",
-                      **tiled):
+def transpose_factory(dtype: str, rows: int = 0, cols: int = 0, tile: int = 0, threads: int = 256, tile_m: int = 0,
+                      vec_n: int = 0, vec_m: int = 0, pad_bytes: int = 4):
     """The vector kernel for 16-byte-aligned pitches (rows / cols), else the shared-memory tile
     (the same source for both archs)."""
     if tile:
-        return transpose_tiled_kernel(dtype, tile, threads, **tiled)
+        return transpose_tiled_kernel(dtype, tile, threads, tile_m, vec_n, vec_m, pad_bytes)
     return transpose_kernel(dtype, rows, cols, threads)
 
 

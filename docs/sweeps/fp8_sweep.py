@@ -48,6 +48,14 @@ def masked_inputs(e: int, mmax: int, n: int, k: int):
     return make
 
 
+def quantized(m: int, n: int, k: int):
+    """Random bf16 activations [m, k] and weights [n, k] quantized by tkreg: (qa, sa, qb, sb)."""
+    import torch, tkreg
+    x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+    return (*tkreg.ops.per_token_group_quant_fp8(x), *tkreg.ops.per_block_quant_fp8(w))
+
+
 def dense_checks(shapes, ncfg: int) -> list:
     """sw.fp8_gemm cfgs 0..ncfg-1 against the shipped tkreg.fp8_gemm, bit for bit, row-major and
     column-major a scales: one row a shape and layout, with each cfg's count of differing outputs."""
@@ -106,10 +114,7 @@ def run(out: str, nd: int = 4, nc: int = 4, nm: int = 2):
 
     for m, n, k in DENSE_T:
         def make():
-            x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
-            w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
-            qa, sa = ops.per_token_group_quant_fp8(x)
-            qb, sb = ops.per_block_quant_fp8(w)
+            qa, sa, qb, sb = quantized(m, n, k)
             return qa, sa, qb, sb, sa.t().contiguous().t(), torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
         sets = rotations(make, m * k + n * k + 2 * m * n)
         fns = [lambda qa, sa, qb, sb, *_, c=c: tkreg.call("sw.fp8_gemm", qa, sa, qb, sb, cfg=c) for c in range(nd)]
@@ -217,16 +222,12 @@ def masked_small_times(cfgs, cases) -> list:
 def decode_times(cfgs, ms=(1, 8, 16), weights=((8192, 8192), (28672, 4096), (4096, 14336), (7168, 2048))) -> list:
     """Decode: sw.fp8_gemm cfgs and the shipped op timed in turn in one process at M tokens x each
     (N, K) weight, weight GB/s beside a same-size copy."""
-    import torch, tkreg
+    import tkreg
     from tkreg.bench.timing import copy_sets, queued_ms, queued_ms_paired, rotations
     ops, out = tkreg.ops, []
     for m in ms:
         for n, k in weights:
-            def make():
-                x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
-                w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
-                return (*ops.per_token_group_quant_fp8(x), *ops.per_block_quant_fp8(w))
-            sets = rotations(make, m * k + n * k + 2 * m * n)
+            sets = rotations(lambda: quantized(m, n, k), m * k + n * k + 2 * m * n)
             fns = [lambda qa, sa, qb, sb, c=c: tkreg.call("sw.fp8_gemm", qa, sa, qb, sb, cfg=c) for c in cfgs]
             fns += [lambda qa, sa, qb, sb: ops.fp8_gemm(qa, sa, qb, sb)]
             t = queued_ms_paired(fns, sets, reps=50, runs=5) + [queued_ms(lambda s, d: d.copy_(s), copy_sets(n * k))]

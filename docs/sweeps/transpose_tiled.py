@@ -16,7 +16,8 @@ Results (2026-12-02, H200, one process; docs/quant-tuning.md): every cfg bit for
 best for 2-byte elements (4097 x 7168: 1415 -> 2448 GB/s) and level with 1 / 2 / 5 for 1-byte ones
 (725 -> 1424): it ships for N % (16 / size) == 0, cfg 0 for the rest; the transposed staging for
 an aligned M (`vec_m`, 16-byte stores) was added after this run (7168 x 4097 bf16: 34% -> 38% of
-copy in the bench).  (The copy column here is not the bench's: read it as relative only.)
+copy in the bench).  (That run's copy column timed a copy of half the bytes, so it read ~2x high;
+the copy now moves the same bytes as the transpose.)
 """
 import json
 import pathlib
@@ -67,7 +68,7 @@ def run(out: str):
             fns = [lambda x, c=c: tkreg.call("sw.batched_transpose", x, cfg=c) for c in range(len(CFGS))]
             fns += [lambda x: tkreg.ops.batched_transpose(x)]
             ms = queued_ms_paired(fns, sets, reps=20, runs=5)
-            copy = queued_ms(lambda s, d: d.copy_(s), copy_sets(nb // 2))
+            copy = queued_ms(lambda s, d: d.copy_(s), copy_sets(nb))   # a copy moving the same bytes
             names = [f"cfg{c}" for c in range(len(CFGS))] + ["shipped", "copy"]
             gbs = {a: nb / t / 1e6 for a, t in zip(names, ms + [copy])}
             res["time"].append(dict(dt=str(dt), shape=[m, n], gbs=gbs))

@@ -10,8 +10,9 @@ Each 128-wide K block is one WGMMA chain into a fresh fp32 fragment, promoted in
 fp32 accumulator with both scales (the "2xAcc" scheme: WGMMA's fp8 accumulator keeps ~14 bits,
 so accumulating all of K in it loses accuracy).  bf16 out.  K % 16 == 0 and N % 8 == 0 (TMA rows).
 Shape classes as for bf16 (kernels_src/gemm.py): M > 128 on a persistent hand-written warp-
-specialized 128x128 tile (kernels_src/fp8_ws.py), 64-row tiles below; decode M <= 16 swap-AB, with
-split-K (fp32 partials summed in split order by a second kernel: deterministic) when N is small.
+specialized 128x128 tile (kernels_src/fp8_ws.py), 64-row tiles below; decode M <= 64 on the same
+warp-specialized tile in swap-AB form (16, 32 or 64 tokens on WGMMA's N side), with split-K (fp32
+partials summed in split order by a second kernel: deterministic) when N is small and K long.
 sm_100a: one tcgen05 kernel (kernels_src/gemm_sm100.py), compiled and SASS-checked only.
 """
 from tkreg.spec import OpSpec, Tensor, Variant
@@ -25,25 +26,22 @@ REDUCE_M, REDUCE_N = 4, 256
 
 
 def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, splits: int = 1,
-                    swap_ab: bool = False, prefetch: int = 0, panel: int = 10):
+                    prefetch: int = 0, panel: int = 10):
     import tilelang.language as T
 
     block_K = GROUP
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
     KB = T.ceildiv(K, GROUP)
     uniform_b = GROUP % block_N == 0     # one weight-block scale per tile and K block
-    assert uniform_b or not swap_ab, "swap-AB tiles read one weight-block scale per K block"
     # prefetch: the promotion's scales are loaded into registers before the WGMMAs are issued
     # (1: this K block's, 2: the next block's, a block ahead), so their global-load latency hides
     # under the tensor-core work instead of stalling the warpgroup after its WGMMA wait.
-    # (Not on swap-AB decode tiles: there it lost 2-15 points of copy bandwidth, docs/gemm-tuning.md.)
-    assert not prefetch or (uniform_b and not swap_ab)
+    assert not prefetch or uniform_b
 
     @T.macro
     def tile(a, a_scale, b, b_scale, out, ws, m_blk, n_blk, split, a_s, b_s, c_s, part, acc, sa, sa_n, sb):
         # Split s runs K blocks [s * per, (s + 1) * per); blocks past K read as zeros (TMA fills
         # out of bounds) and are skipped in the promotion, whose scales they would overrun.
-        # swap_ab: the tile is out^T = b @ a^T (as in kernels_src/gemm.py), part/acc[n, m].
         m0, n0 = m_blk * block_M, n_blk * block_N
         per = T.ceildiv(KB, splits)
         T.clear(acc)
@@ -64,16 +62,9 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
                     sa_n[i] = a_scale[T.min(m0 + i, M - 1), T.min(kb + 1, KB - 1)]
             if prefetch:
                 sb[0] = b_scale[n0 // GROUP, T.min(kb, KB - 1)]
-            if swap_ab:
-                T.gemm(b_s, a_s, part, transpose_B=True, clear_accum=True)
-            else:
-                T.gemm(a_s, b_s, part, transpose_B=True, clear_accum=True)
+            T.gemm(a_s, b_s, part, transpose_B=True, clear_accum=True)
             if kb < KB:
-                if swap_ab:
-                    sb = b_scale[n0 // GROUP, kb]
-                    for i, j in T.Parallel(block_N, block_M):
-                        acc[i, j] += part[i, j] * (a_scale[T.min(m0 + j, M - 1), kb] * sb)
-                elif prefetch:
+                if prefetch:
                     for i, j in T.Parallel(block_M, block_N):
                         acc[i, j] += part[i, j] * (sa[i] * sb[0])
                 elif uniform_b:
@@ -84,14 +75,7 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
                     for i, j in T.Parallel(block_M, block_N):
                         acc[i, j] += part[i, j] * (a_scale[T.min(m0 + i, M - 1), kb]
                                                    * b_scale[T.min(n0 + j, N - 1) // GROUP, kb])
-        if swap_ab:
-            for i, j in T.Parallel(block_N, block_M):
-                if m0 + j < M and n0 + i < N:
-                    if splits == 1:
-                        out[m0 + j, n0 + i] = T.cast(acc[i, j], "bfloat16")
-                    else:
-                        ws[split, m0 + j, n0 + i] = acc[i, j]
-        elif splits == 1:
+        if splits == 1:
             T.copy(acc, c_s)
             T.copy(c_s, out[m0, n0])
         else:
@@ -111,29 +95,34 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
                       threads=threads) as (bx, by, bz):
             a_s = T.alloc_shared((block_M, block_K), FP8)
             b_s = T.alloc_shared((block_N, block_K), FP8)
-            if swap_ab:
-                part = T.alloc_fragment((block_N, block_M), "float32")
-                acc = T.alloc_fragment((block_N, block_M), "float32")
-                tile(a, a_scale, b, b_scale, out, ws, by, bx, bz, a_s, b_s, None, part, acc, None, None, None)
-            else:
-                c_s = T.alloc_shared((block_M, block_N), "bfloat16")
-                part = T.alloc_fragment((block_M, block_N), "float32")
-                acc = T.alloc_fragment((block_M, block_N), "float32")
-                sa, sa_n, sb = scale_regs()
-                T.use_swizzle(panel_size=panel)
-                tile(a, a_scale, b, b_scale, out, ws, by, bx, bz, a_s, b_s, c_s, part, acc, sa, sa_n, sb)
+            c_s = T.alloc_shared((block_M, block_N), "bfloat16")
+            part = T.alloc_fragment((block_M, block_N), "float32")
+            acc = T.alloc_fragment((block_M, block_N), "float32")
+            sa, sa_n, sb = scale_regs()
+            T.use_swizzle(panel_size=panel)
+            tile(a, a_scale, b, b_scale, out, ws, by, bx, bz, a_s, b_s, c_s, part, acc, sa, sa_n, sb)
         if splits > 1:
-            with T.Kernel(T.ceildiv(N, REDUCE_N), T.ceildiv(M, REDUCE_M), threads=128) as (bx, by):
-                for i, j in T.Parallel(REDUCE_M, REDUCE_N):
-                    r, c = by * REDUCE_M + i, bx * REDUCE_N + j
-                    if r < M and c < N:
-                        v = T.alloc_var("float32")
-                        v = ws[0, r, c]
-                        for s in T.unroll(1, splits):
-                            v += ws[s, r, c]
-                        out[r, c] = T.cast(v, "bfloat16")
+            reduce(ws, out)
 
+    reduce = reduce_splits(T, M, N, splits)
     return prim_func(T, body, M, N, K, splits)
+
+
+def reduce_splits(T, M, N, splits: int):
+    """The split-K epilogue kernel, a macro `reduce(ws, out)`: out = bf16(ws[0] + ws[1] + ...),
+    summed in split order (deterministic)."""
+    @T.macro
+    def reduce(ws, out):
+        with T.Kernel(T.ceildiv(N, REDUCE_N), T.ceildiv(M, REDUCE_M), threads=128) as (bx, by):
+            for i, j in T.Parallel(REDUCE_M, REDUCE_N):
+                r, c = by * REDUCE_M + i, bx * REDUCE_N + j
+                if r < M and c < N:
+                    v = T.alloc_var("float32")
+                    v = ws[0, r, c]
+                    for s in T.unroll(1, splits):
+                        v += ws[s, r, c]
+                    out[r, c] = T.cast(v, "bfloat16")
+    return reduce
 
 
 def prim_func(T, body, M, N, K, splits: int = 1, sm_count=None):
@@ -159,27 +148,33 @@ def prim_func(T, body, M, N, K, splits: int = 1, sm_count=None):
     return fp8_gemm
 
 
-def ws_kernel(persistent: bool = False, **params):
-    """The hand-written warp-specialized tile (kernels_src/fp8_ws.py), dense layout."""
+def ws_kernel(persistent: bool = False, splits: int = 1, **params):
+    """The hand-written warp-specialized tile (kernels_src/fp8_ws.py), dense layout; splits > 1:
+    its split-K form (swap-AB decode) into fp32 partials, then reduce_splits."""
     import tilelang.language as T
     from .fp8_ws import fp8_ws_body
 
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
     sms = T.dynamic("SM_COUNT") if persistent else None
-    ws_body = fp8_ws_body(T, "dense", M, N, K, None, sm_count=sms, **params)
+    ws_body = fp8_ws_body(T, "dense", M, N, K, None, sm_count=sms, splits=splits, **params)
+    reduce = reduce_splits(T, M, N, splits)
 
     @T.macro
     def body(a, a_scale, b, b_scale, out, ws):
-        ws_body(a, a_scale, b, b_scale, None, out)
-    return prim_func(T, body, M, N, K, sm_count=sms)
+        if splits > 1:
+            ws_body(a, a_scale, b, b_scale, None, ws)
+            reduce(ws, out)
+        else:
+            ws_body(a, a_scale, b, b_scale, None, out)
+    return prim_func(T, body, M, N, K, splits, sm_count=sms)
 
 
 def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "", mma: str = "wgmma", **params):
     """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it.
     mma="ws": the hand-written warp-specialized tile (sm_90a)."""
     if mma == "ws":
-        assert arch == "sm_90a" and splits == 1
-        return ws_kernel(**params)
+        assert arch == "sm_90a"
+        return ws_kernel(splits=splits, **params)
     if arch == "sm_100a":
         from .gemm_sm100 import fp8_gemm_tcgen05_kernel
         assert splits == 1
@@ -194,18 +189,29 @@ def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "
 # (one CTA a SM: the next tile's loads run under this tile's epilogue; +7% at K = 2048), its scales
 # staged in shared memory by the producer (`smem_scales`, docs/sweeps/fp8_ring.py: +5-16%).  The 64-row
 # tiles are memory-bound (prefetch gains nothing there).  128x256 spills (two fp32 tiles per
-# thread).  Decode M <= 16 swaps A and B (16 tokens on WGMMA's N side) with 16 stages of 64x128
-# weight tiles; split-K pays there for N <= 32 * SM_COUNT (few N tiles, long K).  From N = 8192 the
-# decode tiles run on the warp-specialized tile in swap-AB form (block k+1's WGMMAs issued before
-# block k's promotion; docs/sweeps/fp8_decode_ws.py): M = 1 28672x4096 2909 -> 3418 GB/s of weights,
-# 8192^2 2976 -> 3201; with its scales staged in shared memory too (docs/sweeps/fp8_ffma.py: +2-3%)
-# it also beats decode-16 at N = 7168 (+4-5%), not decode-16-split at N = 4096 (-2%).
+# thread).  Decode swaps A and B (the tokens on WGMMA's N side) on the warp-specialized tile
+# (block k+1's WGMMAs issued before block k's promotion; docs/sweeps/fp8_decode_ws.py): M = 1
+# 28672x4096 2909 -> 3418 GB/s of weights, 8192^2 2976 -> 3201 against the pipelined swap-AB tile;
+# with its scales staged in shared memory too (docs/sweeps/fp8_ffma.py) +2-3% more.
+DWS = dict(mma="ws", swap_ab=True, block_tok=16, block_M=64, consumers=1, producer_regs=0, stages=8, unroll=2,
+           splits=1, smem_scales=True)
+# decode-ws with 32 / 64 tokens a tile for 16 < M <= 64 (docs/sweeps/fp8_decode_split.py, weight GB/s:
+# M = 32 at 28672x4096 2991 -> 3362, 8192^2 2678 -> 2942; M = 64 8192^2 2596 -> 2866, 4096^2 1410 ->
+# 1566; bit for bit the 64-row tiles' result), and split-K where N alone leaves SMs idle and K is long
+# (N <= 32 * SM_COUNT, K >= 8192): 3 splits of 16 tokens 2429 -> 2839 at M = 1 4096x14336, 2 splits of
+# 32 tokens 1759 -> 2250 at M = 64.  Split-K lost at K <= 4096 (its reduce kernel, a second launch,
+# costs ~3 µs: crossover ~26 MB of weights at N = 4096) and wherever N fills the SMs; the 64-token
+# tile past N = 64 * SM_COUNT (one CTA a SM: 149 registers, 128 KB of ring; mid-64 reads 2925
+# against 2594 at 28672x4096).  decode-16 (the pipelined swap-AB tile) lost to decode-ws everywhere
+# measured (M = 8 5120^2 1999 against 2183) and is gone.
+SMALL_N = "32 * N <= 1024 * SM_COUNT and K >= 8192"
 CLASSES = (
-    ("decode-ws", dict(mma="ws", swap_ab=True, block_tok=16, block_M=64, consumers=1, producer_regs=0, stages=8,
-                       unroll=2, splits=1, smem_scales=True), "M <= 16 and N >= 7168", 65),
-    ("decode-16-split", dict(block_M=16, block_N=64, stages=16, threads=128, splits=2, swap_ab=True),
-     "M <= 16 and 32 * N <= 1024 * SM_COUNT and K >= 2048", 60),
-    ("decode-16", dict(block_M=16, block_N=64, stages=16, threads=128, splits=1, swap_ab=True), "M <= 16", 55),
+    ("decode-ws-split", dict(DWS, splits=3, stages=6), f"M <= 16 and {SMALL_N}", 60),
+    ("decode-ws", DWS, "M <= 16", 55),
+    ("decode-ws-32-split", dict(DWS, block_tok=32, splits=2), f"M <= 64 and {SMALL_N}", 52),
+    ("decode-ws-64", dict(DWS, block_tok=64), "M > 32 and M <= 64 and 32 * N > 1024 * SM_COUNT and N <= 64 * SM_COUNT",
+     51),
+    ("decode-ws-32", dict(DWS, block_tok=32), "M <= 32 or (M <= 64 and 32 * N <= 1024 * SM_COUNT)", 50),
     ("ws-128", dict(mma="ws", block_M=128, stages=4, consumers=2, unroll=2, persistent=True, panel=16, splits=1,
                     smem_scales=True, producer_regs=40, consumer_regs=232),
      "M > 128 and " + fills(128, 128), 20),

@@ -94,14 +94,17 @@ PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memor
 def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4, consumers: int = 2,
                 panel: int = 10, producer_regs: int = 24, consumer_regs: int = 240, unroll: int = 2,
                 expert_of=None, sm_count=None, swap_ab: bool = False, block_tok: int = 16, smem_scales: bool = False,
-                min_blocks: int = 1):
+                min_blocks: int = 1, splits: int = 1):
     """The kernel body `body(a, a_scale, b, b_scale, groups, out)` (groups None when dense); the
     macro `expert_of(groups, m0, bz, e, hi, valid)` sets a grouped tile's expert, row limit and
     whether it has work (grouped_gemm.py).  swap_ab (dense decode): the consumers' 64-row WGMMA
     side is weight rows (block_M of them), the tokens (block_tok) its N side, as in
     kernels_src/fp8_gemm.py's swap-AB tiles; producer_regs 0: no register rebalancing.  min_blocks
     (grid form): __launch_bounds__(threads, min_blocks), so that many CTAs share an SM when their
-    registers (the setmaxnreg split included) and shared memory fit."""
+    registers (the setmaxnreg split included) and shared memory fit.  splits > 1 (swap-AB decode):
+    split-K over the grid's z, split z running K blocks [z * per, (z + 1) * per), per =
+    ceil(KB / splits), into fp32 partials ws[z] (the body then takes `ws`) that a second kernel
+    sums in split order, so that a small N still fills the SMs."""
     assert layout in ("dense", "contiguous", "masked") and (layout == "dense") == (expert_of is None)
     assert block_M == 64 * consumers and consumers in (1, 2)
     assert unroll in (2, 4)
@@ -110,6 +113,7 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
     assert not producer_regs or 128 * (consumers * consumer_regs + producer_regs) * min_blocks <= 65536
     assert min_blocks == 1 or sm_count is None, "a persistent kernel runs one CTA a SM"
     assert not swap_ab or (layout == "dense" and not persistent and block_tok % 8 == 0)
+    assert splits == 1 or (swap_ab and smem_scales), "split-K: the swap-AB decode tile, scales in its ring"
     block_N = block_K = GROUP
     half = 64
     # A tile rows (tokens), B tile rows (weights), columns of a consumer's part / acc
@@ -251,7 +255,10 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
         if swap_ab:   # acc[weight row, token] -> out[token, weight row], element by element
             for i, j in T.Parallel(half, cols):
                 if m0 + j < M and n0 + r0 + i < N:
-                    out[m0 + j, n0 + r0 + i] = T.cast(acc[i, j], "bfloat16")
+                    if splits == 1:
+                        out[m0 + j, n0 + r0 + i] = T.cast(acc[i, j], "bfloat16")
+                    else:   # out: the fp32 partials, e: the split (see grid_body)
+                        out[e, m0 + j, n0 + r0 + i] = acc[i, j]
         else:
             store_tile(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid)
 
@@ -292,13 +299,15 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
         store(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid)
 
     @T.macro
-    def producer(a, b, a_scale, b_scale, e, nk, m0, n0, g0, a_s, b_s, sa_s, sb_s, full, empty, tx):
+    def producer(a, b, a_scale, b_scale, e, nk, m0, n0, g0, a_s, b_s, sa_s, sb_s, full, empty, tx, k0):
         # smem_scales: block k's scales ride in its slot, thread t loading the tile's row t and
-        # thread 0 b's block, issued before the wait for the slot so their latency hides under it
+        # thread 0 b's block, issued before the wait for the slot so their latency hides under it.
+        # k0: the split's first K block (None: 0)
         sav = T.alloc_local((1,), "float32") if smem_scales else None
         sbv = T.alloc_local((1,), "float32") if smem_scales else None
-        for k in T.serial(nk):
-            s = (g0 + k) % stages
+        for kl in T.serial(nk):
+            s = (g0 + kl) % stages
+            k = kl if k0 is None else k0 + kl
             if smem_scales:   # (swap_ab: the A side is the tile's tokens; both consumers' weight
                 # rows lie in the 128-row scale block of n0)
                 if masked:
@@ -310,7 +319,7 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
                         sbv[0] = b_scale[n0 // GROUP, k]
                     else:
                         sbv[0] = b_scale[e, n0 // GROUP, k]
-            T.mbarrier_wait_parity(empty[s], ((g0 + k) // stages + 1) % 2)
+            T.mbarrier_wait_parity(empty[s], ((g0 + kl) // stages + 1) % 2)
             T.tma_copy(a_tile(a, e, m0, k), a_s[s, :, :], barrier=full[s])
             T.tma_copy(b_tile(b, e, n0, k), b_s[s, :, :], barrier=full[s])
             if smem_scales:
@@ -399,7 +408,8 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
                     T.dec_max_nreg(producer_regs)
                 for t in T.serial(T.ceildiv(ntiles - bx, grid)):
                     locate(groups, bx + t * grid, m0, n0, e, hi, valid)
-                    producer(a, b, a_scale, b_scale, e, KB * valid, m0, n0, g0, a_s, b_s, sa_s, sb_s, full, empty, tx)
+                    producer(a, b, a_scale, b_scale, e, KB * valid, m0, n0, g0, a_s, b_s, sa_s, sb_s, full, empty, tx,
+                             None)
                     g0 = g0 + KB * valid
             elif consumers == 1:
                 consumer_loop(*sc, groups, out, bx, grid, ntiles, 0, m0, n0, e, hi, valid, g0,
@@ -413,7 +423,7 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
 
     @T.macro
     def grid_body(a, a_scale, b, b_scale, groups, out):
-        with T.Kernel(T.ceildiv(N, rows_b), T.ceildiv(M, rows_a), E if masked else 1,
+        with T.Kernel(T.ceildiv(N, rows_b), T.ceildiv(M, rows_a), E if masked else splits,
                       threads=threads) as (bx, by, bz):
             if min_blocks > 1:
                 T.annotate_min_blocks_per_sm(min_blocks)
@@ -433,7 +443,13 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             empty = T.alloc_barrier([128 * consumers] * stages)
             T.use_swizzle(panel_size=panel)
             m0, n0 = by * rows_a, bx * rows_b
-            if layout == "dense":
+            k0 = None
+            if layout == "dense" and splits > 1:
+                # split bz: K blocks k0 .. k0 + nk - 1; dense has no expert, so e carries the
+                # split to the store (out is the partials ws[splits, M, N] then)
+                k0 = bz * T.ceildiv(KB, splits)
+                e, hi, valid, nk = bz, None, 1, T.max(T.min(KB - k0, T.ceildiv(KB, splits)), 0)
+            elif layout == "dense":
                 # (no name may be bound to a bare Var such as M here: the builder would rename it)
                 e, hi, valid, nk = 0, None, 1, KB
             else:
@@ -449,7 +465,7 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             if tx < 128:
                 if producer_regs:
                     T.dec_max_nreg(producer_regs)
-                producer(a, b, a_scale, b_scale, e, nk, m0, n0, 0, a_s, b_s, sa_s, sb_s, full, empty, tx)
+                producer(a, b, a_scale, b_scale, e, nk, m0, n0, 0, a_s, b_s, sa_s, sb_s, full, empty, tx, k0)
             elif consumers == 1:
                 wg(*sc, out, e, hi, valid, nk, m0, n0, 0, a_s, b_s, c_s, full, empty)
             elif tx < 256:

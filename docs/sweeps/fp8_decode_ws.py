@@ -5,7 +5,10 @@ WGMMA side is weight rows, the 16 tokens its N side; block k+1's WGMMAs are issu
 k's promotion).  Why: the shipped swap-AB decode tiles are per-K-block latency bound (~340 ns a
 block: barrier wait -> WGMMA -> wait -> promotion, one warpgroup a SM; 37-75% of copy), and the
 same overlap took the large tiles from 746 to ~1000 TFLOP/s.  cfg 0 = the shipped decode-16 tile
-(the reference every cfg is checked against bit for bit; both use m64n16k32 WGMMAs).  Build:
+(the reference every cfg is checked against bit for bit; both use m64n16k32 WGMMAs).
+(Builds at commit 3dec196 or before: the decode-16 class and the pipelined swap-AB tile it names
+were removed after docs/sweeps/fp8_decode_split.py.)
+Build:
   .venv/bin/python -m build_tools build --src docs/sweeps/fp8_decode_ws.py --namespace sw --arch sm_90a \\
       --out .ab/fp8dec/pack --cache /tmp/deccache
 Run (cwd outside the repo): `DECODE=1 TKREG_PACKS=pack python3 docs/sweeps/fp8_gemm_r2_run.py OUT.json fp8_gemm`

@@ -7,6 +7,8 @@ latency bound (docs/gemm-tuning.md), and the scale's global load sat on that pat
   fp8_grouped_gemm_masked: 0 = ws-64 (shipped, Mmax <= 64)   1 = ws-64 + smem_scales (producer 40 regs)
 Every cfg is compared bit for bit with the shipped op, then all are timed in turn in ONE process
 (queued_ms_paired), weight GB/s beside a same-size copy.
+(Builds at commit 3dec196 or before: the decode-16 class and the pipelined swap-AB tile it names
+were removed after docs/sweeps/fp8_decode_split.py.)
 Build:
   .venv/bin/python -m build_tools build --src docs/sweeps/fp8_smem_decode.py --namespace sw --arch sm_90a \\
       --out .ab/fp8sd/pack --cache /tmp/gwscache -j 2

@@ -57,6 +57,22 @@ def test_gemm_shape_classes(arch, m, n, cls, tile):
     assert tile in with_bias.chosen and "bias=true" in with_bias.chosen and "float16" in with_bias.chosen
 
 
+# (M, N, K) -> the fp8_gemm shape class on a 132-SM GPU (kernels_src/fp8_gemm.py CLASSES)
+FP8_CLASSES = [(1, 4096, 14336, "decode-ws-split"), (16, 1000, 8192, "decode-ws-split"), (1, 4096, 4096, "decode-ws"),
+               (16, 28672, 4096, "decode-ws"), (8, 5120, 1024, "decode-ws"), (17, 4096, 14336, "decode-ws-32-split"),
+               (64, 4096, 8192, "decode-ws-32-split"), (32, 28672, 4096, "decode-ws-32"), (64, 4096, 4096, "decode-ws-32"),
+               (33, 8192, 8192, "decode-ws-64"), (64, 5120, 2048, "decode-ws-64"), (64, 28672, 4096, "mid-64"),
+               (48, 1000, 512, "decode-ws-32"), (100, 1000, 512, "small"), (128, 8192, 1024, "mid-64"), (4096, 8192, 640, "ws-128")]
+
+
+@pytest.mark.parametrize("m, n, k, cls", FP8_CLASSES)
+def test_fp8_gemm_shape_classes(m, n, k, cls):
+    f8, kb = torch.float8_e4m3fn, (k + 127) // 128
+    e = tkreg.explain("fp8_gemm", torch.empty(m, k, dtype=f8), torch.empty(m, kb), torch.empty(n, k, dtype=f8),
+                      torch.empty((n + 127) // 128, kb), arch="sm_90a", sm_count=132)
+    assert f"shape_class={cls}," in e.chosen, e
+
+
 def test_sm_count_rules_on_cpu_tensors_need_sm_count():
     a, b = torch.empty(1024, 256, dtype=BF16), torch.empty(4096, 256, dtype=BF16)
     e = tkreg.explain("gemm", a, b, arch="sm_90a")

@@ -104,10 +104,17 @@ def dequantized_product(qa, sa, qb, sb):
 @pytest.mark.parametrize("layout", ["row", "colmajor"])
 @pytest.mark.parametrize("ue8m0", [False, True])
 @pytest.mark.parametrize("m, n, k, tile", [
-    (1, 1000, 5248, "block_M=16,block_N=64,splits=2"), (16, 5120, 1024, "block_M=16,block_N=64,splits=1"),
-    (8, 20480, 512, "mma=ws,smem_scales=true,swap_ab=true"), (16, 8192, 1152, "mma=ws,smem_scales=true,swap_ab=true"),
-    (5, 7168, 1920, "mma=ws,smem_scales=true,swap_ab=true"),
-    (37, 4096, 7168, "block_M=64,block_N=64,"),
+    (1, 1000, 8192, "block_tok=16,mma=ws,smem_scales=true,splits=3"), (3, 520, 128 * 200, "block_tok=16,mma=ws,splits=3"),
+    (16, 5120, 1024, "block_tok=16,mma=ws,splits=1"), (16, 4096, 2048, "block_tok=16,mma=ws,splits=1"),
+    (8, 20480, 512, "mma=ws,smem_scales=true,splits=1,swap_ab=true"),
+    (16, 8192, 1152, "mma=ws,smem_scales=true,splits=1,swap_ab=true"),
+    (5, 7168, 1920, "mma=ws,smem_scales=true,splits=1,swap_ab=true"),
+    (37, 4096, 8320, "block_tok=32,mma=ws,splits=2"), (64, 1000, 8576, "block_tok=32,mma=ws,splits=2"),
+    (37, 4096, 7168, "block_tok=32,mma=ws,splits=1"),
+    (17, 8200, 1024, "block_tok=32,mma=ws,splits=1"), (32, 28672, 640, "block_tok=32,mma=ws,splits=1"),
+    (33, 8192, 1152, "block_tok=64,mma=ws"), (64, 5120, 1920, "block_tok=64,mma=ws"),
+    (64, 28672, 512, "block_M=64,block_N=128,"),
+    (48, 1000, 512, "block_tok=32,mma=ws,splits=1"),
     (200, 1000, 512, "block_M=64,block_N=64,"), (128, 8192, 1024, "block_M=64,block_N=128,"),
     (4097, 1024, 1024, "block_M=128,mma=ws"), (1000, 8192, 1920, "block_M=128,mma=ws"),
     (4096, 8192, 640, "block_M=128,mma=ws")])

@@ -35,15 +35,12 @@ PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memor
 
 def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_K: int = 64, stages: int = 4,
                  epi: int = 128, panel: int = 10, producer_regs: int = 40, consumer_regs: int = 232,
-                 bias: bool = False, dtype: str = "bfloat16", expert_of=None, E=None):
+                 bias: bool = False, dtype: str = "bfloat16", expert_of=None):
     """The kernel body `body(a, b, bias or None, groups or None, out)`.  expert_of (contiguous grouped
     layout, kernels_src/grouped_gemm.py): the macro (groups, m0, 0, e, hi, valid) giving a tile's
     expert, the end of its rows and whether it has any; such a tile reads b[e], runs valid * K
     blocks, and stores rows below hi only (TMA when a consumer's rows all are, else element by
-    element).  E given: the masked grouped layout (a[E, M, K], out[E, M, N], M = Mmax): E times the
-    tiles, tile t of expert t // (M tiles x N tiles), expert_of(groups, m0, e, ...) with groups the
-    counts; 3-D TMA boxes for a and out."""
-    masked = E is not None
+    element)."""
     consumers = block_M // 64                        # each takes `half` = 64 rows of the tile
     half = 64
     assert block_M == 64 * consumers and consumers in (1, 2, 3) and block_N % epi == 0
@@ -59,29 +56,19 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
     @T.macro
     def locate(tile, m0: T.Ref, n0: T.Ref):
         ntn, ntm = T.ceildiv(N, block_N), T.ceildiv(M, block_M)
-        if masked:   # the panels walk one expert's tiles; expert_of gets tile // (ntm * ntn)
-            r = tile % (ntm * ntn)
-            p0 = r // (panel * ntn) * panel
-            rows = T.min(panel, ntm - p0)
-            q = r - p0 * ntn
-            m0 = (p0 + q % rows) * block_M
-            n0 = q // rows * block_N
-        else:
-            p0 = tile // (panel * ntn) * panel
-            rows = T.min(panel, ntm - p0)
-            q = tile - p0 * ntn
-            m0 = (p0 + q % rows) * block_M
-            n0 = q // rows * block_N
+        p0 = tile // (panel * ntn) * panel
+        rows = T.min(panel, ntm - p0)
+        q = tile - p0 * ntn
+        m0 = (p0 + q % rows) * block_M
+        n0 = q // rows * block_N
 
     def expert(ehv):
         """(expert, row end, valid) of the located tile; a dense tile: (0, 0, 1)."""
         return (0, 0, 1) if ehv is None else (ehv[0], ehv[1], ehv[2])
 
     @T.macro
-    def find(groups, m0, ehv, tile):
-        if masked:
-            expert_of(groups, m0, tile // (T.ceildiv(M, block_M) * T.ceildiv(N, block_N)), ehv[0], ehv[1], ehv[2])
-        elif grouped:
+    def find(groups, m0, ehv):
+        if grouped:
             expert_of(groups, m0, 0, ehv[0], ehv[1], ehv[2])
 
     @T.macro
@@ -89,10 +76,7 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
         for k in T.serial(nk_t):
             s = (g0 + k) % stages
             T.mbarrier_wait_parity(empty[s], ((g0 + k) // stages + 1) % 2)
-            if masked:
-                T.tma_copy(a[e, m0:m0 + block_M, k * block_K:(k + 1) * block_K], a_s[s, :, :], barrier=full[s])
-            else:
-                T.tma_copy(a[m0:m0 + block_M, k * block_K:(k + 1) * block_K], a_s[s, :, :], barrier=full[s])
+            T.tma_copy(a[m0:m0 + block_M, k * block_K:(k + 1) * block_K], a_s[s, :, :], barrier=full[s])
             if grouped:
                 T.tma_copy(b[e, n0:n0 + block_N, k * block_K:(k + 1) * block_K], b_s[s, :, :], barrier=full[s])
             else:
@@ -100,7 +84,7 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
             T.barrier_arrive(full[s])
 
     @T.macro
-    def store(bias_, out, e, m0, n0, r0, bar_id, c_s, acc):
+    def store(bias_, out, m0, n0, r0, bar_id, c_s, acc):
         for j0 in T.unroll(0, block_N, epi):
             # the previous chunk's (or tile's) TMA store, waited by its issuing thread, has read c_s
             T.sync_threads(barrier_id=bar_id, arrive_count=128)
@@ -111,13 +95,10 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
                     c_s[i, j] = T.cast(acc[i, j0 + j], dtype)
             T.fence_proxy_async()                                   # smem writes -> the TMA store
             T.sync_threads(barrier_id=bar_id, arrive_count=128)     # this warpgroup only
-            if masked:
-                T.copy(c_s, out[e, m0 + r0, n0 + j0])
-            else:
-                T.copy(c_s, out[m0 + r0, n0 + j0])
+            T.copy(c_s, out[m0 + r0, n0 + j0])
 
     @T.macro
-    def consumer(bias_, out, e, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc):
+    def consumer(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc):
         T.clear(acc)
         for k in T.serial(nk_t):
             s = (g0 + k) % stages
@@ -131,18 +112,15 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
         if nk_t > 0:
             T.barrier_arrive(empty[(g0 + nk_t - 1) % stages])
         if not grouped:
-            store(bias_, out, e, m0, n0, r0, bar_id, c_s, acc)
+            store(bias_, out, m0, n0, r0, bar_id, c_s, acc)
         elif nk_t > 0:
             # uniform over the warpgroup: its rows all below hi -> TMA, else masked element stores
             if m0 + r0 + half <= hi:
-                store(bias_, out, e, m0, n0, r0, bar_id, c_s, acc)
+                store(bias_, out, m0, n0, r0, bar_id, c_s, acc)
             else:
                 for i, j in T.Parallel(half, block_N):
                     if m0 + r0 + i < hi and n0 + j < N:
-                        if masked:
-                            out[e, m0 + r0 + i, n0 + j] = T.cast(acc[i, j], dtype)
-                        else:
-                            out[m0 + r0 + i, n0 + j] = T.cast(acc[i, j], dtype)
+                        out[m0 + r0 + i, n0 + j] = T.cast(acc[i, j], dtype)
 
     @T.macro
     def consumer_loop(bias_, groups, out, bx, grid, ntiles, c, m0: T.Ref, n0: T.Ref, ehv, g0: T.Ref,
@@ -151,14 +129,14 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
         acc = T.alloc_fragment((half, block_N), "float32")
         for t in T.serial(T.ceildiv(ntiles - bx, grid)):
             locate(bx + t * grid, m0, n0)
-            find(groups, m0, ehv, bx + t * grid)
+            find(groups, m0, ehv)
             e, hi, valid = expert(ehv)
-            consumer(bias_, out, e, m0, n0, c * 64, nk * valid, hi, g0, 1 + c, a_s, b_s, c_s, full, empty, acc)
+            consumer(bias_, out, m0, n0, c * 64, nk * valid, hi, g0, 1 + c, a_s, b_s, c_s, full, empty, acc)
             g0 = g0 + nk * valid
 
     @T.macro
     def body(a, b, bias_, groups, out):
-        ntiles = T.ceildiv(N, block_N) * T.ceildiv(M, block_M) * (E if masked else 1)
+        ntiles = T.ceildiv(N, block_N) * T.ceildiv(M, block_M)
         with T.Kernel(T.max(T.min(ntiles, sms), 1), threads=threads) as bx:
             a_s = T.alloc_shared((stages, block_M, block_K), dtype)
             b_s = T.alloc_shared((stages, block_N, block_K), dtype)
@@ -181,7 +159,7 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
                 T.dec_max_nreg(producer_regs)
                 for t in T.serial(T.ceildiv(ntiles - bx, grid)):
                     locate(bx + t * grid, m0, n0)
-                    find(groups, m0, ehv, bx + t * grid)
+                    find(groups, m0, ehv)
                     e, hi, valid = expert(ehv)
                     producer(a, b, m0, n0, e, nk * valid, g0, a_s, b_s, full, empty)
                     g0 = g0 + nk * valid

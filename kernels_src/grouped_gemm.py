@@ -78,21 +78,19 @@ def ws_kernel(layout: str, persistent: bool = False, **params):
 
 
 def bf16_ws_kernel(layout: str, dtype: str = "bfloat16", **params):
-    """bf16/fp16 grouped GEMM on the dense op's warp-specialized persistent tile
-    (kernels_src/gemm_ws.py): each tile finds its expert with `expert_macro` (masked: the tiles of
-    all E experts in one list, empty ones skipped by every CTA that draws them)."""
+    """bf16/fp16 contiguous grouped GEMM on the dense op's warp-specialized persistent tile
+    (kernels_src/gemm_ws.py): each tile finds its expert with `expert_macro`."""
     import tilelang.language as T
     from .gemm_ws import gemm_ws_body
 
-    contiguous = layout == "contiguous"
+    assert layout == "contiguous"
     M, N, K, E, sms = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E"), T.dynamic("SM_COUNT")
-    ws_body = gemm_ws_body(T, M, N, K, sms, dtype=dtype, expert_of=expert_macro(T, contiguous, M, E),
-                           E=None if contiguous else E, **params)
+    ws_body = gemm_ws_body(T, M, N, K, sms, dtype=dtype, expert_of=expert_macro(T, True, M, E), **params)
 
     @T.macro
     def body(a, a_scale, b, b_scale, groups, out):
         ws_body(a, b, None, groups, out)
-    return prim_func(T, body, contiguous, M, N, K, E, dtype, dtype, False, sm_count=sms)
+    return prim_func(T, body, True, M, N, K, E, dtype, dtype, False, sm_count=sms)
 
 
 def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: int, threads: int,
@@ -207,16 +205,11 @@ def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: s
         SA = T.StridedTensor((E, M, KB), (T.dynamic("sae"), T.dynamic("sam"), T.dynamic("sak")), "float32")
     B = T.Tensor((E, N, K), in_dtype)
     SB = T.Tensor((E, T.ceildiv(N, GROUP), KB), "float32")
-    if not fp8 and sm_count is not None and contiguous:
+    if not fp8 and sm_count is not None:
         @T.prim_func
         def grouped_gemm(a: A, b: B, group_offsets: G, out: O, SM_COUNT: sm_count):
             body(a, None, b, None, group_offsets, out)
         return grouped_gemm
-    if not fp8 and sm_count is not None:
-        @T.prim_func
-        def grouped_gemm_masked(a: A, b: B, counts: G, out: O, SM_COUNT: sm_count):
-            body(a, None, b, None, counts, out)
-        return grouped_gemm_masked
     if fp8 and sm_count is not None and contiguous:
         @T.prim_func
         def fp8_grouped_gemm(a: A, a_scale: SA, b: B, b_scale: SB, group_offsets: G, out: O, SM_COUNT: sm_count):

@@ -15,7 +15,7 @@ Run (cwd outside the repo): TKREG_PACKS=pack python3 grouped_masked_ws.py OUT.js
 Results (2026-12-02, H200; docs/gemm-tuning.md "Grouped GEMM"): every cfg within the shipped op's error
 and bit for bit equal to it on the counted rows, rows past the counts untouched; the persistent WS
 tiles 20-40% *slower* than the shipped grid (4e ~1024, N=4096: 382 / 478 TFLOP/s against 635), so
-nothing ships and the masked WS code lives only in this record's commit.
+nothing ships and the masked WS code lives only in this record's commit (9b9e745): it builds there.
 """
 import json
 import pathlib

@@ -55,7 +55,7 @@ def _splits_tir(T, B, HK, MP, SM_COUNT, num_splits, page_size, block_N, waves):
 
 
 def decode_kernel(D: int, page_size: int, dtype: str, block_N: int = 64, stages: int = 3, waves: int = 2,
-                  pdl: bool = True, threads: int = 128, combine_threads: int = 256):
+                  pdl: bool = True, threads: int = 128, combine_threads: int = 256, strided: bool = False):
     import tilelang.language as T
     from tilelang.cuda.language import pdl_sync, pdl_trigger
     from tilelang.layout import make_swizzled_layout
@@ -99,16 +99,29 @@ def decode_kernel(D: int, page_size: int, dtype: str, block_N: int = 64, stages:
             if pdl:
                 pdl_sync()         # launched early: wait here for the previous kernel's writes ...
                 pdl_trigger()      # ... and let the combine kernel be scheduled (it waits for this grid)
+            pg0 = T.alloc_local((PPI,), "int32") if strided else None
+            if strided:
+                # split s runs iterations s, s + NS, ...: its first pages are known before seq_lens
+                # is, so their table entries load beside it (an entry past the sequence may be
+                # anything: TMA reads any page index safely, and those tokens are masked)
+                if tx >= threads:
+                    for j in T.unroll(PPI):
+                        pg0[j] = block_table[b, T.min(s * PPI + j, MP - 1)]
             ns = T.alloc_var("int32")
             ns = NS
             L = T.alloc_var("int32")
             L = T.max(T.min(seq_lens[b], MP * PS), 0)
             per = T.alloc_var("int32")
-            per = T.ceildiv(T.ceildiv(L, block_N), ns)
             it0 = T.alloc_var("int32")
-            it0 = s * per
             n_it = T.alloc_var("int32")
-            n_it = T.max(T.min(T.ceildiv(L, block_N) - it0, per), 0)
+            if strided:
+                per = ns
+                it0 = s
+                n_it = T.max(T.ceildiv(T.ceildiv(L, block_N) - s, ns), 0)
+            else:
+                per = T.ceildiv(T.ceildiv(L, block_N), ns)
+                it0 = s * per
+                n_it = T.max(T.min(T.ceildiv(L, block_N) - it0, per), 0)
 
             if tx >= threads:
                 # producer warp: TMA page loads into the ring, `stages` iterations ahead
@@ -117,7 +130,10 @@ def decode_kernel(D: int, page_size: int, dtype: str, block_N: int = 64, stages:
                 for k in T.serial(n_it):
                     T.mbarrier_wait_parity(free[k % stages], ((k // stages) % 2) ^ 1)
                     for j in T.unroll(PPI):
-                        pg = block_table[b, T.min((it0 + k) * PPI + j, last)]
+                        if strided:
+                            pg = T.if_then_else(k == 0, pg0[j], block_table[b, T.min((s + k * ns) * PPI + j, last)])
+                        else:
+                            pg = block_table[b, T.min((it0 + k) * PPI + j, last)]
                         r0 = j * PS
                         for c0 in T.unroll(0, D, SWZ):   # one 128-byte-swizzled column block per box
                             T.tma_copy(k_cache[pg, 0:PS, h, c0:c0 + SWZ], k_s[k % stages, r0:r0 + PS, c0:c0 + SWZ],
@@ -136,7 +152,7 @@ def decode_kernel(D: int, page_size: int, dtype: str, block_N: int = 64, stages:
                 T.fill(m, -T.infinity(f32))
                 for k in T.serial(n_it):
                     T.mbarrier_wait_parity(ready[k % stages], (k // stages) % 2)
-                    t0 = (it0 + k) * block_N
+                    t0 = (it0 + k * per) * block_N if strided else (it0 + k) * block_N
                     if t0 + block_N > L:
                         # the sequence's last, partial iteration: slots at or past L may hold
                         # anything (NaN included), and P = 0 there does not clear NaN * 0

@@ -725,7 +725,9 @@ def e5m6_quant_kernel(dtype: str, threads: int = 256, vecs: int = 8):
     """x[M, K] -> p[M, 3K/2] uint8, s[M] fp32 (one scale per token; K % 8 == 0, K <= threads*8*vecs).
 
     One CTA per token, `vecs` 16-byte vectors a thread held in registers across the block amax.
-    vecs = 4 (K <= 8192) takes half the registers of vecs = 8: 61% -> 91% of copy at K = 7168.
+    vecs = 4 took half the registers of vecs = 8: 61% -> 91% of copy at K = 7168 (256 threads); then
+    (docs/sweeps/e5m6_threads.py, same-size copy = 1): K <= 8192 on 128 threads x 8 vectors 0.92 ->
+    0.97 at 16384 x 7168, K <= 16384 on 512 x 4 0.85 -> 0.87 at 8192 x 16384 (1024 x 2: 0.57).
     """
     import tilelang.language as T
 
@@ -967,8 +969,8 @@ SPECS = (
                  Tensor("s", ("M",), dtype="float32", role="output")),
         scalars=(_UE8M0,), factory=e5m6_quant_kernel,
         variants=tuple(v for d in DTYPES for v in (
-            Variant(dict(dtype=d, vecs=4), rule="K % 8 == 0 and K <= 8192", priority=1),
-            Variant(dict(dtype=d), rule="K % 8 == 0 and K <= 16384"))),
+            Variant(dict(dtype=d, threads=128, vecs=8), rule="K % 8 == 0 and K <= 8192", priority=1),
+            Variant(dict(dtype=d, threads=512, vecs=4), rule="K % 8 == 0 and K <= 16384"))),
         reference=_REF + "quant_e5m6"),
     OpSpec(
         name="tkreg.dequant_e5m6",

@@ -16,7 +16,7 @@ of copy), page 64: 44.9 -> 43.5 µs (70 -> 72%); a same-size device copy (67 MB 
 written) 34.4 µs (91%), torch.sum over the 134 MB 38.3 µs (82%).  Batch 1 outputs within 3e-3 of the
 shipped op's (the splits sum other tokens); this runner's batch > 1 checks compared the wrong
 tensors (ops returns out alone, call (out, lse)), so the GPU tests carry that part.  Strided ships
-(the flag and the contiguous split are gone after this record's commit, where it builds).
+(the flag and the contiguous split are gone after this record's commit 6940dfc, where it builds).
 """
 import json
 import pathlib

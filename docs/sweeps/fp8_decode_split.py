@@ -20,7 +20,7 @@ import pathlib
 import sys
 
 sys.path.append(str(pathlib.Path(__file__).resolve().parent))
-from fp8_sweep import decode_times, sweep_op  # noqa: E402
+from fp8_sweep import decode_times, random_operands, sweep_op  # noqa: E402
 
 CHECK = [(1, 8192, 128), (5, 8200, 1152), (16, 8192, 2000), (3, 16384, 7168), (16, 1000, 5248),
          (33, 4096, 14336), (64, 7168, 2048), (40, 1000, 640), (64, 264, 128), (17, 520, 384)]
@@ -44,13 +44,9 @@ def checks(n_cfg: int) -> list:
     """Each cfg against the shipped op: count of differing bf16 outputs, and the relative Frobenius
     error of both against the float64 product of the (scaled) inputs."""
     import torch, tkreg
-    f8, rows = torch.float8_e4m3fn, []
+    rows = []
     for m, n, k in CHECK:
-        kb = -(-k // 128)
-        qa = (torch.randn(m, k, device="cuda") * 0.5).to(f8)
-        qb = (torch.randn(n, k, device="cuda") * 0.5).to(f8)
-        sa = torch.rand(m, kb, device="cuda") + 0.5
-        sb = torch.rand(-(-n // 128), kb, device="cuda") + 0.5
+        qa, sa, qb, sb = random_operands(m, n, k)
         ea = qa.double() * sa.double().repeat_interleave(128, 1)[:, :k]
         eb = qb.double() * sb.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
         exact = ea @ eb.t()

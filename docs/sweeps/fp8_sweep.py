@@ -56,17 +56,24 @@ def quantized(m: int, n: int, k: int):
     return (*tkreg.ops.per_token_group_quant_fp8(x), *tkreg.ops.per_block_quant_fp8(w))
 
 
+def random_operands(m: int, n: int, k: int):
+    """Random e4m3 a[m, k], b[n, k] with random fp32 block scales (a 1x128, b 128x128): (qa, sa, qb, sb)."""
+    import torch
+    f8, kb = torch.float8_e4m3fn, -(-k // 128)
+    qa = (torch.randn(m, k, device="cuda") * 0.5).to(f8)
+    qb = (torch.randn(n, k, device="cuda") * 0.5).to(f8)
+    sa = torch.rand(m, kb, device="cuda") + 0.5
+    sb = torch.rand(-(-n // 128), kb, device="cuda") + 0.5
+    return qa, sa, qb, sb
+
+
 def dense_checks(shapes, ncfg: int) -> list:
     """sw.fp8_gemm cfgs 0..ncfg-1 against the shipped tkreg.fp8_gemm, bit for bit, row-major and
     column-major a scales: one row a shape and layout, with each cfg's count of differing outputs."""
     import torch, tkreg
-    f8, rows = torch.float8_e4m3fn, []
+    rows = []
     for m, n, k in shapes:
-        kb = -(-k // 128)
-        qa = (torch.randn(m, k, device="cuda") * 0.5).to(f8)
-        qb = (torch.randn(n, k, device="cuda") * 0.5).to(f8)
-        sa = torch.rand(m, kb, device="cuda") + 0.5
-        sb = torch.rand(-(-n // 128), kb, device="cuda") + 0.5
+        qa, sa, qb, sb = random_operands(m, n, k)
         for s in (sa, sa.t().contiguous().t()):
             ref = tkreg.ops.fp8_gemm(qa, s, qb, sb)
             d = [int((tkreg.call("sw.fp8_gemm", qa, s, qb, sb, cfg=c).view(torch.int16) != ref.view(torch.int16)).sum())

@@ -25,8 +25,7 @@ GROUP = 128
 REDUCE_M, REDUCE_N = 4, 256
 
 
-def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, splits: int = 1,
-                    prefetch: int = 0, panel: int = 10):
+def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, prefetch: int = 0, panel: int = 10):
     import tilelang.language as T
 
     block_K = GROUP
@@ -39,17 +38,13 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
     assert not prefetch or uniform_b
 
     @T.macro
-    def tile(a, a_scale, b, b_scale, out, ws, m_blk, n_blk, split, a_s, b_s, c_s, part, acc, sa, sa_n, sb):
-        # Split s runs K blocks [s * per, (s + 1) * per); blocks past K read as zeros (TMA fills
-        # out of bounds) and are skipped in the promotion, whose scales they would overrun.
+    def tile(a, a_scale, b, b_scale, out, m_blk, n_blk, a_s, b_s, c_s, part, acc, sa, sa_n, sb):
         m0, n0 = m_blk * block_M, n_blk * block_N
-        per = T.ceildiv(KB, splits)
         T.clear(acc)
         if prefetch == 2:
             for i in T.Parallel(block_M):
-                sa_n[i] = a_scale[T.min(m0 + i, M - 1), T.min(split * per, KB - 1)]
-        for k in T.Pipelined(per, num_stages=stages):
-            kb = split * per + k
+                sa_n[i] = a_scale[T.min(m0 + i, M - 1), 0]
+        for kb in T.Pipelined(KB, num_stages=stages):
             T.copy(a[m0, kb * block_K], a_s)
             T.copy(b[n0, kb * block_K], b_s)
             if prefetch == 1:
@@ -75,11 +70,8 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
                     for i, j in T.Parallel(block_M, block_N):
                         acc[i, j] += part[i, j] * (a_scale[T.min(m0 + i, M - 1), kb]
                                                    * b_scale[T.min(n0 + j, N - 1) // GROUP, kb])
-        if splits == 1:
-            T.copy(acc, c_s)
-            T.copy(c_s, out[m0, n0])
-        else:
-            T.copy(acc, ws[split, m0:m0 + block_M, n0:n0 + block_N])
+        T.copy(acc, c_s)
+        T.copy(c_s, out[m0, n0])
 
     def scale_regs():
         """The prefetched scales: a_scale of the tile's rows (this K block's, and the next's for
@@ -91,8 +83,7 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
 
     @T.macro
     def body(a, a_scale, b, b_scale, out, ws):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits,
-                      threads=threads) as (bx, by, bz):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             a_s = T.alloc_shared((block_M, block_K), FP8)
             b_s = T.alloc_shared((block_N, block_K), FP8)
             c_s = T.alloc_shared((block_M, block_N), "bfloat16")
@@ -100,12 +91,9 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, split
             acc = T.alloc_fragment((block_M, block_N), "float32")
             sa, sa_n, sb = scale_regs()
             T.use_swizzle(panel_size=panel)
-            tile(a, a_scale, b, b_scale, out, ws, by, bx, bz, a_s, b_s, c_s, part, acc, sa, sa_n, sb)
-        if splits > 1:
-            reduce(ws, out)
+            tile(a, a_scale, b, b_scale, out, by, bx, a_s, b_s, c_s, part, acc, sa, sa_n, sb)
 
-    reduce = reduce_splits(T, M, N, splits)
-    return prim_func(T, body, M, N, K, splits)
+    return prim_func(T, body, M, N, K)
 
 
 def reduce_splits(T, M, N, splits: int):
@@ -179,7 +167,8 @@ def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "
         from .gemm_sm100 import fp8_gemm_tcgen05_kernel
         assert splits == 1
         return fp8_gemm_tcgen05_kernel(**params)
-    return fp8_gemm_kernel(splits=splits, **params)
+    assert splits == 1, "split-K: the warp-specialized decode tile only"
+    return fp8_gemm_kernel(**params)
 
 
 # (name, tile params, rule, priority), as in kernels_src/gemm.py; measured on the H200 beside

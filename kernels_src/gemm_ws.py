@@ -98,7 +98,15 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
             T.copy(c_s, out[m0 + r0, n0 + j0])
 
     @T.macro
-    def consumer(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc):
+    def drain(nk_t, g0, full, empty):
+        # a grouped tile's 64-row half wholly past its expert's rows (counts): no MMA and no
+        # store, but each K block's slot is waited and released as the computing half does
+        for k in T.serial(nk_t):
+            T.mbarrier_wait_parity(full[(g0 + k) % stages], ((g0 + k) // stages) % 2)
+            T.barrier_arrive(empty[(g0 + k) % stages])
+
+    @T.macro
+    def compute(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc):
         T.clear(acc)
         for k in T.serial(nk_t):
             s = (g0 + k) % stages
@@ -121,6 +129,16 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
                 for i, j in T.Parallel(half, block_N):
                     if m0 + r0 + i < hi and n0 + j < N:
                         out[m0 + r0 + i, n0 + j] = T.cast(acc[i, j], dtype)
+
+    @T.macro
+    def consumer(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc):
+        if grouped:
+            if m0 + r0 >= hi:
+                drain(nk_t, g0, full, empty)
+            else:
+                compute(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc)
+        else:
+            compute(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc)
 
     @T.macro
     def consumer_loop(bias_, groups, out, bx, grid, ntiles, c, m0: T.Ref, n0: T.Ref, ehv, g0: T.Ref,

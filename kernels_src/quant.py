@@ -651,7 +651,7 @@ def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4, nt: int = 
     return fp4_quant
 
 
-def fp4_dequant_kernel(threads: int = 256, unroll: int = 8):
+def fp4_dequant_kernel(threads: int = 256, unroll: int = 8, cs: int = 0):
     """q[M, K // 2] uint8, s[M, K // 32] uint8 -> out[M, K] bf16 (8 values a lane, 16-byte stores).
 
     8 codes -> 4 bf16x2 words by PRMT: the two bytes of each e2m1 magnitude in bf16 are 8-entry
@@ -659,6 +659,7 @@ def fp4_dequant_kernel(threads: int = 256, unroll: int = 8):
     mul.rn.bf16x2 by 2^(s - 127) (exact: a 2-significant-bit value times a power of two rounds
     nowhere, as the reference's fp32 product and bf16 rounding).  ~19 instructions per 8 values
     (was ~100): 59% -> 88% of copy; unroll 8 keeps 8 independent 4-byte loads in flight a lane.
+    cs: evict-first stores (st.global.cs), as the MoE expand ships them.
     """
     import tilelang.language as T
 
@@ -671,7 +672,8 @@ def fp4_dequant_kernel(threads: int = 256, unroll: int = 8):
     @T.prim_func
     def fp4_dequant(q: T.Tensor((M, H), "uint8"), s: T.Tensor((M, H // 16), "uint8"),
                     out: T.Tensor((M, K), "bfloat16")):
-        with T.Kernel(T.ceildiv(M, warps), T.ceildiv(K, span * unroll), threads=threads, prelude=PRELUDE) as (bx, by):
+        with T.Kernel(T.ceildiv(M, warps), T.ceildiv(K, span * unroll), threads=threads,
+                      prelude=PRELUDE_CS if cs else PRELUDE) as (bx, by):
             T.assume(H % 16 == 0)
             tx = T.get_thread_binding()
             row = bx * warps + tx // 32
@@ -699,7 +701,10 @@ def fp4_dequant_kernel(threads: int = 256, unroll: int = 8):
                     o[1] = T.call_extern("uint32", "tk_bmul2", _prmt(T, lb0, hs0, 0x7362), sc2)
                     o[2] = T.call_extern("uint32", "tk_bmul2", _prmt(T, lb1, hs1, 0x5140), sc2)
                     o[3] = T.call_extern("uint32", "tk_bmul2", _prmt(T, lb1, hs1, 0x7362), sc2)
-                    T.stg128(out[row, col], o[T.Ramp(0, 1, 4)])
+                    if cs:
+                        T.call_extern("handle", "tk_st16_cs", T.address_of(out[row, col]), T.address_of(o[0]))
+                    else:
+                        T.stg128(out[row, col], o[T.Ramp(0, 1, 4)])
 
     return fp4_dequant
 
@@ -834,9 +839,10 @@ def e5m6_dequant_kernel(threads: int = 256, unroll: int = 2):
 
 
 # ---- FP8 cast back in the new layouts ----------------------------------------------------------
-def fp8_dequant_kernel(layout: str, threads: int = 256, unroll: int = 2):
+def fp8_dequant_kernel(layout: str, threads: int = 256, unroll: int = 2, cs: int = 0):
     """layout "group": q[R, C], s[R, ceil(C / 128)] with any strides (ss0, ss1);
-    "channel": q[M, K], s[ceil(M / 128), K] (scale per column per 128-row group)."""
+    "channel": q[M, K], s[ceil(M / 128), K] (scale per column per 128-row group).
+    cs: evict-first stores (st.global.cs)."""
     import tilelang.language as T
 
     R, C = T.dynamic("R"), T.dynamic("C")
@@ -850,7 +856,8 @@ def fp8_dequant_kernel(layout: str, threads: int = 256, unroll: int = 2):
 
     @T.prim_func
     def fp8_dequant(q: T.Tensor((R, C), FP8), s: S, out: T.Tensor((R, C), "bfloat16")):
-        with T.Kernel(T.ceildiv(R, warps), T.ceildiv(C, span * unroll), threads=threads) as (bx, by):
+        with T.Kernel(T.ceildiv(R, warps), T.ceildiv(C, span * unroll), threads=threads,
+                      **(dict(prelude=STORE_CS) if cs else {})) as (bx, by):
             T.assume(C % 8 == 0)
             tx = T.get_thread_binding()
             row = bx * warps + tx // 32
@@ -876,7 +883,10 @@ def fp8_dequant_kernel(layout: str, threads: int = 256, unroll: int = 2):
                     else:
                         for v in T.unroll(nv):
                             o[v] = T.cast(T.cast(ql[u * nv + v], "float32") * sc[u * nv + v], "bfloat16")
-                    T.stg128(out[row, col], T.reinterpret(o[T.Ramp(0, 1, 8)], "uint32x4"))
+                    if cs:
+                        T.call_extern("handle", "tk_st16_cs", T.address_of(out[row, col]), T.address_of(o[0]))
+                    else:
+                        T.stg128(out[row, col], T.reinterpret(o[T.Ramp(0, 1, 8)], "uint32x4"))
 
     return fp8_dequant
 
@@ -959,7 +969,8 @@ SPECS = (
         tensors=(Tensor("q", ("M", "H"), dtypes=("uint8",)),
                  Tensor("s", ("M", "H // 16"), dtype="uint8"),
                  Tensor("out", ("M", "2 * H"), dtype="bfloat16", role="output")),
-        factory=fp4_dequant_kernel, variants=(Variant({}, rule="H % 16 == 0"),),
+        # evict-first stores: +0.7-1.5 points of a same-size copy (docs/sweeps/dequant_cs.py)
+        factory=fp4_dequant_kernel, variants=(Variant(dict(cs=1), rule="H % 16 == 0"),),
         reference=_REF + "per_token_group_dequant_fp4"),
     OpSpec(
         name="tkreg.quant_e5m6",
@@ -994,7 +1005,8 @@ SPECS = (
         tensors=(Tensor("q", ("R", "C"), dtypes=(FP8,)),
                  Tensor("s", ("(R + 127) // 128", "C"), dtype="float32"),
                  Tensor("out", ("R", "C"), dtype="bfloat16", role="output")),
-        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="channel"), rule="C % 8 == 0"),),
+        # 4 vectors a lane in flight: +0.8-1.2 points of a same-size copy (docs/sweeps/dequant_cs.py)
+        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="channel", unroll=4), rule="C % 8 == 0"),),
         reference=_REF + "per_channel_dequant_fp8"),
 )
 

@@ -97,7 +97,7 @@ def extract(spec: OpSpec, variant: Variant, func, artifact) -> Plan:
         spec.check_uses(buffers)
     except SpecError as e:
         raise SpecError(f"{where}: kernel tensors {sorted(buffers)} differ from the spec's {sorted(tensors)}: {e}") from None
-    if scalar_params - set(scalars) - set(DEVICE_SYMBOLS) - spec.presence_symbols():
+    if scalar_params - set(scalars) - set(DEVICE_SYMBOLS):
         raise SpecError(f"{where}: kernel scalars {sorted(scalar_params)} differ from the spec's {sorted(scalars)}")
 
     params = {p: variant.kwargs()[p] for p in spec.param_symbols()}
@@ -195,8 +195,7 @@ def extract(spec: OpSpec, variant: Variant, func, artifact) -> Plan:
     if not calls:
         raise SpecError(f"{where}: the host function launches no kernel")
 
-    # (a kernel may take an optional tensor's presence flag has_<t> as an int32 symbol)
-    syms = spec.symbols() | spec.stride_symbols() | spec.presence_symbols() | set(DEVICE_SYMBOLS)
+    syms = spec.symbols() | spec.stride_symbols() | set(DEVICE_SYMBOLS)
     known = syms | spec.scalar_symbols()
     kernels = []
     for name in calls:

@@ -263,16 +263,7 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
             store_tile(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid)
 
     @T.macro
-    def drain(nk, g0, full, empty):
-        # a grouped tile's 64-row half wholly past its expert's rows (contiguous with counts, or
-        # masked): no MMA and no store, but each K block's slot is waited and released, as the
-        # computing half does (the odd last block too: in a grid CTA nobody waits for it again)
-        for k in T.serial(nk):
-            T.mbarrier_wait_parity(full[(g0 + k) % stages], ((g0 + k) // stages) % 2)
-            T.barrier_arrive(empty[(g0 + k) % stages])
-
-    @T.macro
-    def compute(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, r0, g0, bar_id, a_s, b_s, c_s, full, empty, fr):
+    def consumer(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, r0, g0, bar_id, a_s, b_s, c_s, full, empty, fr):
         acc, part0, part1, sa0, sa1, sb0, sb1 = fr
         T.clear(acc)
         # part1 and its scales start as zeros: the first group "promotes" block -1, acc += 0 * 0,
@@ -306,16 +297,6 @@ def fp8_ws_body(T, layout: str, M, N, K, E, block_M: int = 128, stages: int = 4,
         else:
             promote(acc, part1, sa1, sb1)                        # block nk-1 (or zeros)
         store(acc, c_s, out, e, m0, n0, r0, bar_id, hi, valid)
-
-    @T.macro
-    def consumer(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, r0, g0, bar_id, a_s, b_s, c_s, full, empty, fr):
-        if layout != "dense":
-            if m0 + r0 >= hi:
-                drain(nk, g0, full, empty)
-            else:
-                compute(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, r0, g0, bar_id, a_s, b_s, c_s, full, empty, fr)
-        else:
-            compute(a_scale, b_scale, out, e, hi, valid, nk, m0, n0, r0, g0, bar_id, a_s, b_s, c_s, full, empty, fr)
 
     @T.macro
     def producer(a, b, a_scale, b_scale, e, nk, m0, n0, g0, a_s, b_s, sa_s, sb_s, full, empty, tx, k0):

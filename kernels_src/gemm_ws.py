@@ -35,7 +35,7 @@ PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memor
 
 def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_K: int = 64, stages: int = 4,
                  epi: int = 128, panel: int = 10, producer_regs: int = 40, consumer_regs: int = 232,
-                 bias: bool = False, dtype: str = "bfloat16", expert_of=None, skip: int = 1, smem_partial: int = 0):
+                 bias: bool = False, dtype: str = "bfloat16", expert_of=None):
     """The kernel body `body(a, b, bias or None, groups or None, out)`.  expert_of (contiguous grouped
     layout, kernels_src/grouped_gemm.py): the macro (groups, m0, 0, e, hi, valid) giving a tile's
     expert, the end of its rows and whether it has any; such a tile reads b[e], runs valid * K
@@ -84,19 +84,6 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
             T.barrier_arrive(full[s])
 
     @T.macro
-    def store_rows(out, m0, n0, r0, hi, bar_id, c_s, acc):
-        # a half whose rows end at hi: staged through c_s like the TMA path, then the rows below
-        # hi copied out with 16-byte vector stores (instead of one fragment element at a time)
-        for j0 in T.unroll(0, block_N, epi):
-            T.sync_threads(barrier_id=bar_id, arrive_count=128)
-            for i, j in T.Parallel(half, epi):
-                c_s[i, j] = T.cast(acc[i, j0 + j], dtype)
-            T.sync_threads(barrier_id=bar_id, arrive_count=128)
-            for i, j in T.Parallel(half, epi):
-                if m0 + r0 + i < hi and n0 + j0 + j < N:
-                    out[m0 + r0 + i, n0 + j0 + j] = c_s[i, j]
-
-    @T.macro
     def store(bias_, out, m0, n0, r0, bar_id, c_s, acc):
         for j0 in T.unroll(0, block_N, epi):
             # the previous chunk's (or tile's) TMA store, waited by its issuing thread, has read c_s
@@ -111,15 +98,7 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
             T.copy(c_s, out[m0 + r0, n0 + j0])
 
     @T.macro
-    def drain(nk_t, g0, full, empty):
-        # a grouped tile's 64-row half wholly past its expert's rows (counts): no MMA and no
-        # store, but each K block's slot is waited and released as the computing half does
-        for k in T.serial(nk_t):
-            T.mbarrier_wait_parity(full[(g0 + k) % stages], ((g0 + k) // stages) % 2)
-            T.barrier_arrive(empty[(g0 + k) % stages])
-
-    @T.macro
-    def compute(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc):
+    def consumer(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc):
         T.clear(acc)
         for k in T.serial(nk_t):
             s = (g0 + k) % stages
@@ -138,22 +117,10 @@ def gemm_ws_body(T, M, N, K, sms, block_M: int = 128, block_N: int = 256, block_
             # uniform over the warpgroup: its rows all below hi -> TMA, else masked element stores
             if m0 + r0 + half <= hi:
                 store(bias_, out, m0, n0, r0, bar_id, c_s, acc)
-            elif smem_partial:
-                store_rows(out, m0, n0, r0, hi, bar_id, c_s, acc)
             else:
                 for i, j in T.Parallel(half, block_N):
                     if m0 + r0 + i < hi and n0 + j < N:
                         out[m0 + r0 + i, n0 + j] = T.cast(acc[i, j], dtype)
-
-    @T.macro
-    def consumer(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc):
-        if grouped and skip:
-            if m0 + r0 >= hi:
-                drain(nk_t, g0, full, empty)
-            else:
-                compute(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc)
-        else:
-            compute(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc)
 
     @T.macro
     def consumer_loop(bias_, groups, out, bx, grid, ntiles, c, m0: T.Ref, n0: T.Ref, ehv, g0: T.Ref,

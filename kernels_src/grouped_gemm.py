@@ -11,13 +11,7 @@ strides, b_scale[E, ceil(N/128), ceil(K/128)] per 128x128 weight block, bf16 out
               may be anything <= M and the last segment may end anywhere.  Grid: N tiles x
               ceil(M / block_M) M tiles; each M tile finds its expert by binary search over the
               offsets (<= 12 L1-resident loads; E <= 4095).  Tiles in no segment (past
-              offsets[E], or empty experts' nothing) run no K loop and store nothing.  Optional counts[E]
-              (MoeMapping.counts): expert e's rows end at offsets[e] + counts[e] (clamped to
-              its segment); the routing's padding after them is not written, and in the
-              warp-specialized tiles a consumer whose 64 rows all lie past it runs no WGMMA (it
-              only waits for and releases each ring slot), so a tile holding 1-64 real rows
-              costs about half a full one.  Without counts the kernel gets has_counts = 0 and a
-              null pointer, which it never reads.
+              offsets[E], or empty experts' nothing) run no K loop and store nothing.
   masked      a[E, Mmax, K], b[E, N, K], counts[E] int32 -> out[E, Mmax, N] (DeepEP low-latency
               output): grid N tiles x M tiles x E; a CTA whose first row is >= counts[e] (clamped
               to [0, Mmax]) runs no K loop and stores nothing, so the work follows the counts on
@@ -50,26 +44,20 @@ LOG_E = 12       # binary-search depth: E <= 2^12 - 1 experts
 INT32_MAX = 2**31 - 1
 
 
-def expert_macro(T, contiguous: bool, M, E, has_counts=None):
+def expert_macro(T, contiguous: bool, M, E):
     """macro(groups, m0, bz, e, hi, valid): the expert e of the tile whose first row is m0 (masked:
-    expert bz), the end `hi` of its rows, and valid = 1 when the tile holds any of them.
-    Contiguous: groups = (group_offsets, counts); `has_counts` (the kernel's has_counts flag) > 0
-    ends expert e's rows at offsets[e] + counts[e] (the routing's padding after them is skipped),
-    counts being read only then (absent, the launcher passes a null pointer)."""
+    expert bz), the end `hi` of its rows, and valid = 1 when the tile holds any of them."""
     @T.macro
     def expert_of(groups, m0, bz, e: T.Ref, hi: T.Ref, valid: T.Ref):
         if contiguous:
-            # (groups[0] / groups[1] by index: naming them here would rename the kernel's tensors)
             # The expert holding row m0: the largest e with offsets[e] <= m0 (binary lifting).
             e = 0
             for bit in T.unroll(LOG_E):
                 if e + (1 << (LOG_E - 1 - bit)) <= E:
-                    if groups[0][e + (1 << (LOG_E - 1 - bit))] <= m0:
+                    if groups[e + (1 << (LOG_E - 1 - bit))] <= m0:
                         e = e + (1 << (LOG_E - 1 - bit))
-            hi = groups[0][T.min(e + 1, E)]
-            hi = T.if_then_else(T.And(has_counts > 0, e < E),
-                                T.min(hi, groups[0][T.min(e, E - 1)] + groups[1][T.min(e, E - 1)]), hi)
-            valid = T.if_then_else(T.And(T.And(e < E, groups[0][0] <= m0), m0 < hi), 1, 0)
+            valid = T.if_then_else(T.And(e < E, groups[0] <= m0), 1, 0)
+            hi = groups[T.min(e + 1, E)]
         else:
             e = bz
             hi = T.max(T.min(groups[bz], M), 0)
@@ -85,9 +73,8 @@ def ws_kernel(layout: str, persistent: bool = False, **params):
     M, N, K, E = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E")
     contiguous = layout == "contiguous"
     sms = T.dynamic("SM_COUNT") if persistent else None
-    hc = has_counts_flag(T, contiguous)
-    body = fp8_ws_body(T, layout, M, N, K, E, expert_of=expert_macro(T, contiguous, M, E, hc), sm_count=sms, **params)
-    return prim_func(T, body, contiguous, M, N, K, E, FP8, "bfloat16", True, sm_count=sms, has_counts=hc)
+    body = fp8_ws_body(T, layout, M, N, K, E, expert_of=expert_macro(T, contiguous, M, E), sm_count=sms, **params)
+    return prim_func(T, body, contiguous, M, N, K, E, FP8, "bfloat16", True, sm_count=sms)
 
 
 def bf16_ws_kernel(layout: str, dtype: str = "bfloat16", **params):
@@ -98,13 +85,12 @@ def bf16_ws_kernel(layout: str, dtype: str = "bfloat16", **params):
 
     assert layout == "contiguous"
     M, N, K, E, sms = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E"), T.dynamic("SM_COUNT")
-    hc = has_counts_flag(T, True)
-    ws_body = gemm_ws_body(T, M, N, K, sms, dtype=dtype, expert_of=expert_macro(T, True, M, E, hc), **params)
+    ws_body = gemm_ws_body(T, M, N, K, sms, dtype=dtype, expert_of=expert_macro(T, True, M, E), **params)
 
     @T.macro
     def body(a, a_scale, b, b_scale, groups, out):
         ws_body(a, b, None, groups, out)
-    return prim_func(T, body, True, M, N, K, E, dtype, dtype, False, sm_count=sms, has_counts=hc)
+    return prim_func(T, body, True, M, N, K, E, dtype, dtype, False, sm_count=sms)
 
 
 def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: int, threads: int,
@@ -119,8 +105,7 @@ def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: i
     in_dt, out_dt = (FP8, "bfloat16") if fp8 else (dtype, dtype)
     M, N, K, E = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E")
     iters = T.ceildiv(K, block_K)
-    hc = has_counts_flag(T, contiguous)
-    expert_of = expert_macro(T, contiguous, M, E, hc)
+    expert_of = expert_macro(T, contiguous, M, E)
 
     @T.macro
     def store(acc, c_s, out, e, m0, n0, hi):
@@ -205,22 +190,13 @@ def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: i
             if valid > 0:
                 store(acc, c_s, out, e, m0, n0, hi)
 
-    return prim_func(T, body, contiguous, M, N, K, E, in_dt, out_dt, fp8, has_counts=hc)
+    return prim_func(T, body, contiguous, M, N, K, E, in_dt, out_dt, fp8)
 
 
-def has_counts_flag(T, contiguous: bool):
-    """The contiguous kernels' has_counts symbol (the launcher's presence flag of `counts`)."""
-    return T.dynamic("has_counts") if contiguous else None
-
-
-def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: str, fp8: bool, sm_count=None,
-              has_counts=None):
-    """The op's kernel signature around `body(a, a_scale, b, b_scale, groups, out)` (no scales: None;
-    contiguous: groups = (group_offsets, counts), and the kernel takes `has_counts`, the symbol its
-    expert_macro tests); a persistent kernel also takes the SM count (`sm_count`, the SM_COUNT symbol)."""
+def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: str, fp8: bool, sm_count=None):
+    """The op's kernel signature around `body(a, a_scale, b, b_scale, groups, out)` (no scales: None);
+    a persistent FP8 kernel also takes the SM count (`sm_count`, the SM_COUNT symbol)."""
     KB = T.ceildiv(K, GROUP)
-    assert (has_counts is not None) == contiguous
-    C = T.Tensor((E,), "int32")
     if contiguous:
         A, O, G = T.Tensor((M, K), in_dtype), T.Tensor((M, N), out_dtype), T.Tensor((E + 1,), "int32")
         SA = T.StridedTensor((M, KB), (T.dynamic("sam"), T.dynamic("sak")), "float32")
@@ -231,14 +207,13 @@ def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: s
     SB = T.Tensor((E, T.ceildiv(N, GROUP), KB), "float32")
     if not fp8 and sm_count is not None:
         @T.prim_func
-        def grouped_gemm(a: A, b: B, group_offsets: G, counts: C, out: O, SM_COUNT: sm_count, has_counts: has_counts):
-            body(a, None, b, None, (group_offsets, counts), out)
+        def grouped_gemm(a: A, b: B, group_offsets: G, out: O, SM_COUNT: sm_count):
+            body(a, None, b, None, group_offsets, out)
         return grouped_gemm
     if fp8 and sm_count is not None and contiguous:
         @T.prim_func
-        def fp8_grouped_gemm(a: A, a_scale: SA, b: B, b_scale: SB, group_offsets: G, counts: C, out: O,
-                             SM_COUNT: sm_count, has_counts: has_counts):
-            body(a, a_scale, b, b_scale, (group_offsets, counts), out)
+        def fp8_grouped_gemm(a: A, a_scale: SA, b: B, b_scale: SB, group_offsets: G, out: O, SM_COUNT: sm_count):
+            body(a, a_scale, b, b_scale, group_offsets, out)
         return fp8_grouped_gemm
     if fp8 and sm_count is not None:
         @T.prim_func
@@ -247,9 +222,8 @@ def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: s
         return fp8_grouped_gemm_masked
     if fp8 and contiguous:
         @T.prim_func
-        def fp8_grouped_gemm(a: A, a_scale: SA, b: B, b_scale: SB, group_offsets: G, counts: C, out: O,
-                             has_counts: has_counts):
-            body(a, a_scale, b, b_scale, (group_offsets, counts), out)
+        def fp8_grouped_gemm(a: A, a_scale: SA, b: B, b_scale: SB, group_offsets: G, out: O):
+            body(a, a_scale, b, b_scale, group_offsets, out)
         return fp8_grouped_gemm
     if fp8:
         @T.prim_func
@@ -258,8 +232,8 @@ def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: s
         return fp8_grouped_gemm_masked
     if contiguous:
         @T.prim_func
-        def grouped_gemm(a: A, b: B, group_offsets: G, counts: C, out: O, has_counts: has_counts):
-            body(a, None, b, None, (group_offsets, counts), out)
+        def grouped_gemm(a: A, b: B, group_offsets: G, out: O):
+            body(a, None, b, None, group_offsets, out)
         return grouped_gemm
 
     @T.prim_func
@@ -358,10 +332,8 @@ def _tensors(layout: str, fp8: bool) -> tuple:
     ts.append(Tensor("b", ("E", "N", "K"), dtype_of="a"))
     if fp8:
         ts.append(Tensor("b_scale", ("E", "(N + 127) // 128", "(K + 127) // 128"), dtype="float32"))
-    if contiguous:   # counts: optional real row counts (MoeMapping.counts), see expert_macro
-        ts += [Tensor("group_offsets", ("E + 1",), dtype="int32"), Tensor("counts", ("E",), dtype="int32", optional=True)]
-    else:
-        ts.append(Tensor("counts", ("E",), dtype="int32"))
+    ts.append(Tensor("group_offsets", ("E + 1",), dtype="int32") if contiguous
+              else Tensor("counts", ("E",), dtype="int32"))
     ts.append(Tensor("out", rows + ("N",), dtype="bfloat16" if fp8 else None,
                      dtype_of=None if fp8 else "a", role="output"))
     return tuple(ts)
@@ -369,13 +341,11 @@ def _tensors(layout: str, fp8: bool) -> tuple:
 
 _DOCS = {
     "grouped_gemm": "contiguous MoE grouped GEMM: out[M, N] rows offsets[e]:offsets[e+1] = a rows @ b[e]^T; "
-                    "segments start at multiples of 128; optional counts[e]: only a segment's first counts[e] rows; "
-                    "K, N % 8 == 0",
+                    "segments start at multiples of 128; K, N % 8 == 0",
     "grouped_gemm_masked": "masked MoE grouped GEMM: out[e, :counts[e]] = a[e, :counts[e]] @ b[e]^T; "
                            "rows >= counts[e] untouched; K, N % 8 == 0",
     "fp8_grouped_gemm": "contiguous FP8 block-scaled grouped GEMM (1x128 a scales, 128x128 b scales) -> bf16; "
-                        "segments start at multiples of 128; optional counts[e]: only a segment's first counts[e] rows; "
-                        "K % 16 == 0, N % 8 == 0",
+                        "segments start at multiples of 128; K % 16 == 0, N % 8 == 0",
     "fp8_grouped_gemm_masked": "masked FP8 block-scaled grouped GEMM -> bf16; rows >= counts[e] untouched; "
                                "K % 16 == 0, N % 8 == 0",
 }

@@ -12,15 +12,14 @@ def grouped_tcgen05_kernel(layout: str, block_M: int, block_N: int, block_K: int
                            threads: int, dtype: str = "bfloat16"):
     import tilelang.language as T
 
-    from .grouped_gemm import expert_macro, has_counts_flag, prim_func
+    from .grouped_gemm import expert_macro, prim_func
 
     assert block_M == 128 and threads in (128, 256)   # one TMEM lane per row
     assert block_N % EPI_N == 0 and block_N <= 256
     contiguous = layout == "contiguous"
     M, N, K, E = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E")
     k_iters = T.ceildiv(K, block_K)
-    hc = has_counts_flag(T, contiguous)
-    expert_of = expert_macro(T, contiguous, M, E, hc)
+    expert_of = expert_macro(T, contiguous, M, E)
 
     @T.macro
     def body(a, a_scale, b, b_scale, groups, out):
@@ -79,4 +78,4 @@ def grouped_tcgen05_kernel(layout: str, block_M: int, block_N: int, block_K: int
                                 else:
                                     out[e, m0 + i, n0 + c * EPI_N + j] = T.cast(c_loc[i, j], dtype)
 
-    return prim_func(T, body, contiguous, M, N, K, E, dtype, dtype, False, has_counts=hc)
+    return prim_func(T, body, contiguous, M, N, K, E, dtype, dtype, False)

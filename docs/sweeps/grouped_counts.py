@@ -11,14 +11,14 @@ Build:
   .venv/bin/python -m build_tools build --src docs/sweeps/grouped_counts.py --namespace sw --arch sm_90a \\
       --out .ab/gcounts/pack --cache /tmp/gwscache -j 2
 Run (cwd outside the repo): TKREG_PACKS=pack python3 grouped_counts.py OUT.json
-Results (2026-12-03, H200, /work/.device/9; ms, the layer's own mapping, 1.18x / 1.13x padded rows... see
-docs/gemm-tuning.md), every cfg bit for bit on the covered rows and NaN elsewhere:
+Results (2026-12-03, H200, /work/.device/9; ms, the layer's own mapping: 1.48x / 1.13x
+its real rows padded to 128), every cfg bit for bit on the covered rows and NaN elsewhere:
   T = 4096,  N 4096 K 7168: no counts 5.387; cfg0 5.854, cfg1 6.365, cfg2 6.059, cfg3 6.789
   T = 4096,  N 7168 K 2048: no counts 2.829; cfg0 3.031, cfg1 3.170, cfg2 3.273, cfg3 3.583
   T = 16384, N 4096 K 7168: no counts 13.744; cfg0 15.281, cfg1 19.621, cfg2 17.790, cfg3 21.737
   T = 16384, N 7168 K 2048: no counts 7.550; cfg0 7.750, cfg1 8.213, cfg2 8.193, cfg3 9.505
-Every way of honouring the counts was slower than computing the padding: dropped.  Builds only at the
-commit that added this file (its gemm_ws `skip` / `smem_partial` parameters and the ops' `counts`).
+Every way of honouring the counts was slower than computing the padding: dropped.  Builds only at commit 1d52dbe
+(its gemm_ws `skip` / `smem_partial` parameters and the ops' `counts`; removed after it).
 """
 import json
 import pathlib

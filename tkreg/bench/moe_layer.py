@@ -6,7 +6,7 @@ gate_up [2I, H], down [H, I]), plus one shared expert.  The router's logits are 
 (x @ w_gate^T) in every implementation.
 
 tkreg   group_limited_topk_gate -> moe_mapping (128-row segments) -> moe_expand -> grouped_gemm
-        (gate_up, given the mapping's counts: the segments' padding is not computed) -> silu_and_mul -> grouped_gemm (down) -> moe_combine, which adds the shared
+        (gate_up) -> silu_and_mul -> grouped_gemm (down) -> moe_combine, which adds the shared
         expert (tkreg.gemm, silu_and_mul, tkreg.gemm).  FP8: per_token_group_quant_fp8 before the
         expand, fp8_grouped_gemm with 128x128 block-scaled weights, silu_and_mul_quant_fp8 between
         the GEMMs; the shared expert through fp8_gemm.
@@ -78,10 +78,10 @@ def tkreg_stages(w, cfg, fp8=False):
         else:
             s["xe"] = ops.moe_expand(s["x"], s["map"])
 
-    def gate_up(s):   # counts: the padding rows of each expert's segment are skipped
-        offs, cnt = s["map"].expert_offsets, s["map"].counts
-        s["h"] = (ops.fp8_grouped_gemm(s["xe"], s["se"], w["w13_q"], w["w13_s"], offs, cnt) if fp8
-                  else ops.grouped_gemm(s["xe"], w["w13"], offs, cnt))
+    def gate_up(s):
+        offs = s["map"].expert_offsets
+        s["h"] = (ops.fp8_grouped_gemm(s["xe"], s["se"], w["w13_q"], w["w13_s"], offs) if fp8
+                  else ops.grouped_gemm(s["xe"], w["w13"], offs))
 
     def act(s):
         if fp8:
@@ -90,9 +90,9 @@ def tkreg_stages(w, cfg, fp8=False):
             s["a"] = ops.silu_and_mul(s["h"])
 
     def down(s):
-        offs, cnt = s["map"].expert_offsets, s["map"].counts
-        s["y"] = (ops.fp8_grouped_gemm(s["a"], s["as"], w["w2_q"], w["w2_s"], offs, cnt) if fp8
-                  else ops.grouped_gemm(s["a"], w["w2"], offs, cnt))
+        offs = s["map"].expert_offsets
+        s["y"] = (ops.fp8_grouped_gemm(s["a"], s["as"], w["w2_q"], w["w2_s"], offs) if fp8
+                  else ops.grouped_gemm(s["a"], w["w2"], offs))
 
     def combine(s):
         s["out"] = ops.moe_combine(s["y"], s["map"], s["wts"], shared=s["shared"])

@@ -4,10 +4,6 @@ contiguous: rows of expert e are a[offsets[e]:offsets[e + 1]]; every non-empty s
 multiple of 128 rows (what tkreg's routing pads to; DeepGEMM's contiguous alignment), offsets[E]
 <= M.  masked: the first counts[e] rows of a[e] (0 <= counts[e] <= Mmax).  Output rows outside
 every segment / at or past counts[e] are left untouched (pass `out=` to keep their contents).
-The contiguous ops take the real row counts too (optional `counts`, MoeMapping.counts): rows
-offsets[e] + counts[e] .. offsets[e + 1] - 1 (the routing's padding) are then not written, and
-a tile's 64-row halves wholly past them skip their MMAs (1.47x the real rows at 4096 tokens of
-DeepSeek-V3 routing are 128-row padded, 1.23x at 64 rows).
 The offsets / counts stay on the GPU (CUDA-graph safe); the launcher checks their shape and dtype.
 Their values are checked only with TKREG_CHECK_INDICES=1 (a device-to-host copy per call; skipped
 under torch.compile and CUDA-graph capture); out-of-range values never read or write out of bounds,
@@ -49,15 +45,13 @@ def _checked(kind: str, op: str, groups, rows: int) -> None:
         (check_offsets if kind == "offsets" else check_counts)(op, groups, rows)
 
 
-def grouped_gemm(a, b, group_offsets, counts=None, *, out=None):
+def grouped_gemm(a, b, group_offsets, *, out=None):
     """out[M, N] = per expert e: a[offsets[e]:offsets[e+1]] @ b[e]^T; a[M, K] bf16/fp16, b[E, N, K],
-    group_offsets[E + 1] int32 (K, N % 8 == 0).  counts[E] int32 (optional, MoeMapping.counts):
-    only the first counts[e] rows of each segment are written, and a tile's 64-row halves wholly
-    past them skip their MMAs."""
+    group_offsets[E + 1] int32 (K, N % 8 == 0)."""
     if compiling():
-        return graph("tkreg.grouped_gemm", out, a, b, group_offsets, counts)
+        return graph("tkreg.grouped_gemm", out, a, b, group_offsets)
     _checked("offsets", "tkreg.grouped_gemm", group_offsets, a.shape[0])
-    return OPS["tkreg.grouped_gemm"](a, b, group_offsets, counts, out)
+    return OPS["tkreg.grouped_gemm"](a, b, group_offsets, out)
 
 
 def grouped_gemm_masked(a, b, counts, *, out=None):
@@ -69,15 +63,14 @@ def grouped_gemm_masked(a, b, counts, *, out=None):
     return OPS["tkreg.grouped_gemm_masked"](a, b, counts, out)
 
 
-def fp8_grouped_gemm(a, a_scale, b, b_scale, group_offsets, counts=None, *, out=None):
+def fp8_grouped_gemm(a, a_scale, b, b_scale, group_offsets, *, out=None):
     """Block-scaled FP8 contiguous grouped GEMM -> bf16: a[M, K] e4m3 with a_scale[M, K/128] fp32
     (row-major or the column-major view `per_token_group_quant_fp8(column_major_scales=True)`
-    returns), b[E, N, K] e4m3 with b_scale[E, N/128, K/128] fp32, group_offsets[E + 1] int32;
-    counts[E] int32 optional, as grouped_gemm's."""
+    returns), b[E, N, K] e4m3 with b_scale[E, N/128, K/128] fp32, group_offsets[E + 1] int32."""
     if compiling():
-        return graph("tkreg.fp8_grouped_gemm", out, a, a_scale, b, b_scale, group_offsets, counts)
+        return graph("tkreg.fp8_grouped_gemm", out, a, a_scale, b, b_scale, group_offsets)
     _checked("offsets", "tkreg.fp8_grouped_gemm", group_offsets, a.shape[0])
-    return OPS["tkreg.fp8_grouped_gemm"](a, a_scale, b, b_scale, group_offsets, counts, out)
+    return OPS["tkreg.fp8_grouped_gemm"](a, a_scale, b, b_scale, group_offsets, out)
 
 
 def fp8_grouped_gemm_masked(a, a_scale, b, b_scale, counts, *, out=None):

@@ -1,21 +1,16 @@
 """Torch references for the grouped GEMMs: per expert, fp32 accumulation, one rounding.
 
-Rows no segment covers (contiguous: outside [offsets[0], offsets[E]) or, with counts, at or past
-offsets[e] + counts[e]; masked: rows >= counts[e])
+Rows no segment covers (contiguous: outside [offsets[0], offsets[E]); masked: rows >= counts[e])
 are zeros here; the kernels leave them untouched, so tests compare only the covered rows.
 """
 from __future__ import annotations
 
 
-def _segments(group_offsets, m: int, counts=None):
-    """(expert, lo, hi) of every non-empty contiguous segment, clipped to [0, m) and, with
-    counts, to its first counts[e] rows."""
+def _segments(group_offsets, m: int):
+    """(expert, lo, hi) of every non-empty contiguous segment, clipped to [0, m)."""
     offs = [int(x) for x in group_offsets.tolist()]
-    cnt = None if counts is None else [max(int(c), 0) for c in counts.tolist()]
     for e in range(len(offs) - 1):
         lo, hi = max(offs[e], 0), min(offs[e + 1], m)
-        if cnt is not None:
-            hi = min(hi, offs[e] + cnt[e])
         if hi > lo:
             yield e, lo, hi
 
@@ -25,10 +20,10 @@ def _rows(counts, mmax: int):
     return [(e, min(max(int(c), 0), mmax)) for e, c in enumerate(counts.tolist())]
 
 
-def grouped_gemm(a, b, group_offsets, counts=None):
+def grouped_gemm(a, b, group_offsets):
     import torch
     out = torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device)
-    for e, lo, hi in _segments(group_offsets, a.shape[0], counts):
+    for e, lo, hi in _segments(group_offsets, a.shape[0]):
         out[lo:hi] = torch.matmul(a[lo:hi].float(), b[e].float().t()).to(a.dtype)
     return out
 
@@ -42,12 +37,12 @@ def grouped_gemm_masked(a, b, counts):
     return out
 
 
-def fp8_grouped_gemm(a, a_scale, b, b_scale, group_offsets, counts=None):
+def fp8_grouped_gemm(a, a_scale, b, b_scale, group_offsets):
     """Dequantize (1x128 activation groups, 128x128 weight blocks per expert), multiply in fp32, bf16."""
     import torch
     from .fp8 import dequant_blocks, dequant_groups
     out = torch.zeros(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
-    for e, lo, hi in _segments(group_offsets, a.shape[0], counts):
+    for e, lo, hi in _segments(group_offsets, a.shape[0]):
         x = dequant_groups(a[lo:hi], a_scale[lo:hi])
         out[lo:hi] = torch.matmul(x, dequant_blocks(b[e], b_scale[e]).t()).to(torch.bfloat16)
     return out

@@ -97,6 +97,68 @@ __device__ __forceinline__ void tk_st4_cs(void* dst, unsigned v) {
   asm volatile("st.global.cs.b32 [%0], %1;" :: "l"(dst), "r"(v) : "memory"); }
 """
 PRELUDE_CS = PRELUDE + STORE_CS
+# The transpose at unaligned pitches.  Loads: the two aligned vectors around a misaligned 16-byte
+# row (the second an L1 hit: the next lane's) funnel-shifted, branch-free so a thread's loads all
+# issue before the first returns.  Stores: the lanes of a warp hold consecutive vectors of one
+# output row, so each lane stores the aligned vector straddling its own and the next lane's bytes
+# (shuffled over); the run's first lane adds its head, the last its tail, as naturally aligned
+# 1/2/4/8-byte pieces.
+UNALIGNED = r"""
+__device__ __forceinline__ void tk_fsh(const unsigned* w, unsigned b, unsigned* r) {  // bytes [b, b + 16) of w[0..7]
+  unsigned v0 = b & 8 ? w[2] : w[0], v1 = b & 8 ? w[3] : w[1], v2 = b & 8 ? w[4] : w[2], v3 = b & 8 ? w[5] : w[3];
+  unsigned v4 = b & 8 ? w[6] : w[4], v5 = b & 8 ? w[7] : w[5];
+  unsigned u0 = b & 4 ? v1 : v0, u1 = b & 4 ? v2 : v1, u2 = b & 4 ? v3 : v2, u3 = b & 4 ? v4 : v3, u4 = b & 4 ? v5 : v4;
+  unsigned s = (b & 3) * 8;
+  r[0] = __funnelshift_r(u0, u1, s); r[1] = __funnelshift_r(u1, u2, s);
+  r[2] = __funnelshift_r(u2, u3, s); r[3] = __funnelshift_r(u3, u4, s);
+}
+__device__ __forceinline__ void tk_ld16u(const void* p, void* d) {
+  unsigned long long a = (unsigned long long)p; unsigned b = a & 15u;
+  const uint4* q = (const uint4*)(a - b);
+  uint4 x = __ldg(q), y = __ldg(q + (b != 0));
+  unsigned w[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+  tk_fsh(w, b, (unsigned*)d);
+}
+// n < 16 bytes (lo first) at 16-byte-aligned c, largest pieces first
+__device__ __forceinline__ void tk_tail(unsigned char* c, unsigned long long lo, unsigned long long hi, unsigned n) {
+  if (n & 8) { *(unsigned long long*)c = lo; lo = hi; c += 8; }
+  if (n & 4) { *(unsigned*)c = (unsigned)lo; lo >>= 32; c += 4; }
+  if (n & 2) { *(unsigned short*)c = (unsigned short)lo; lo >>= 16; c += 2; }
+  if (n & 1) { *c = (unsigned char)lo; }
+}
+// the bytes from misaligned c up to the next NB-byte boundary (lo first), smallest pieces first
+template <int NB> __device__ __forceinline__ void tk_head(unsigned char* c, unsigned long long lo, unsigned long long hi) {
+  if ((unsigned long long)c & 1) { *c = (unsigned char)lo; lo = (lo >> 8) | (hi << 56); hi >>= 8; c += 1; }
+  if ((unsigned long long)c & 2) { *(unsigned short*)c = (unsigned short)lo; lo = (lo >> 16) | (hi << 48); hi >>= 16; c += 2; }
+  if ((unsigned long long)c & 4) { *(unsigned*)c = (unsigned)lo; lo = (lo >> 32) | (hi << 32); c += 4; }
+  if (NB == 16 && ((unsigned long long)c & 8)) { *(unsigned long long*)c = lo; }
+}
+#define TK_U64(w, i) (((unsigned long long)(w)[(i) + 1] << 32) | (w)[i])
+// this lane's NB-byte vector `own` belongs at p; `next` is the next lane's (at p + NB)
+template <int NB> __device__ __forceinline__ void tk_strun(void* p, const void* own_, const void* next_, int first, int last) {
+  const unsigned* own = (const unsigned*)own_;
+  const unsigned* next = (const unsigned*)next_;
+  unsigned char* c = (unsigned char*)p;
+  unsigned b = (unsigned)(unsigned long long)c & (NB - 1);
+  if (b == 0) {
+    if (NB == 16) *(uint4*)c = make_uint4(own[0], own[1], own[2], own[3]);
+    else *(uint2*)c = make_uint2(own[0], own[1]);
+    return;
+  }
+  if (first) tk_head<NB>(c, TK_U64(own, 0), NB == 16 ? TK_U64(own, 2) : 0ull);
+  unsigned char* e = c + NB - b;
+  if (NB == 16) {
+    unsigned w[8] = {own[0], own[1], own[2], own[3], next[0], next[1], next[2], next[3]}, r[4];
+    tk_fsh(w, 16 - b, r);
+    if (last) tk_tail(e, TK_U64(r, 0), TK_U64(r, 2), b);
+    else *(uint4*)e = make_uint4(r[0], r[1], r[2], r[3]);
+  } else {
+    unsigned long long o = TK_U64(own, 0) >> (8 * (8 - b)), n = TK_U64(next, 0) << (8 * b);
+    if (last) tk_tail(e, o, 0ull, b);
+    else *(unsigned long long*)e = o | n;
+  }
+}
+"""
 
 
 def _prmt(T, a, b, sel):
@@ -122,7 +184,7 @@ TRANSPOSE = {1: ("uint8", 8, 16), 2: ("float16", 8, 8), 4: ("int32", 4, 4)}
 TILED = dict(tile=64, tile_m=128, pad_bytes=16)
 
 
-def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256):
+def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unaligned: int = 0):
     """x[B, M, N] -> out[B, N, M] when both pitches are whole 16-byte vectors (M % R == 0 and
     N % C == 0, the variant's rule; other shapes take transpose_tiled_kernel).
 
@@ -130,7 +192,9 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256):
     per output word pair): 1-byte elements as 4 x 4 byte transposes (8 PRMT per 4 words), 2-byte as
     2 x 2 (one PRMT a word), 4-byte by renaming registers.  Byte-typed register arrays cost the
     1-byte kernel 144 registers (1 CTA/SM); words take 48 (5 CTAs/SM): 71-73% -> 84-87% of copy
-    on the H200 (docs/quant-tuning.md).
+    on the H200 (docs/quant-tuning.md).  unaligned: any pitches, the same block moved by
+    UNALIGNED's loads and stores (a second, L1-hit vector per misaligned row, 2-5 pieces per
+    misaligned store).
     """
     import tilelang.language as T
 
@@ -142,15 +206,19 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256):
 
     @T.prim_func
     def batched_transpose(x: T.Tensor((B, M, N), dtype), out: T.Tensor((B, N, M), dtype)):
-        with T.Kernel(T.ceildiv(M, tm), T.ceildiv(N, tn), B, threads=threads, prelude=PRELUDE) as (bm, bn, bb):
+        with T.Kernel(T.ceildiv(M, tm), T.ceildiv(N, tn), B, threads=threads,
+                      prelude=PRELUDE + UNALIGNED if unaligned else PRELUDE) as (bm, bn, bb):
             tx = T.get_thread_binding()
             m0 = bm * tm + (tx % 32) // 2 * rows
             n0 = bn * tn + (tx // 32) * (2 * cols) + (tx % 2) * cols
             a = T.alloc_local((rows * 4,), "uint32")          # a[r * 4 + w]: word w of row r
             o = T.alloc_local((cols * ow,), "uint32")         # o[c * ow + h]: word h of column c
-            if m0 + rows <= M and n0 + cols <= N and N % cols == 0 and M % rows == 0:
+            if m0 + rows <= M and n0 + cols <= N and (unaligned or (N % cols == 0 and M % rows == 0)):
                 for r in T.unroll(rows):      # explicit 16-byte loads: alignment is a run-time fact
-                    a[T.Ramp(r * 4, 1, 4)] = T.ldg128(x[bb, m0 + r, n0])
+                    if unaligned:
+                        T.call_extern("handle", "tk_ld16u", T.address_of(x[bb, m0 + r, n0]), T.address_of(a[r * 4]))
+                    else:
+                        a[T.Ramp(r * 4, 1, 4)] = T.ldg128(x[bb, m0 + r, n0])
                 for w in T.unroll(4):
                     for h in T.unroll(ow):
                         if nbytes == 1:        # rows 4h..4h+3, columns 4w..4w+3
@@ -165,7 +233,9 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256):
                         else:
                             o[w * ow + h] = a[h * 4 + w]
                 for c in T.unroll(cols):
-                    if ow == 4:
+                    if unaligned:
+                        pass                    # below, where the whole warp shuffles
+                    elif ow == 4:
                         T.stg128(out[bb, n0 + c, m0], o[T.Ramp(c * 4, 1, 4)])
                     else:
                         T.stg64(out[bb, n0 + c, m0], o[T.Ramp(c * 2, 1, 2)])
@@ -174,6 +244,16 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256):
                     for r in T.unroll(rows):
                         if m0 + r < M and n0 + c < N:
                             out[bb, n0 + c, m0 + r] = x[bb, m0 + r, n0 + c]
+            if unaligned:                     # lane 2p + 1 - n0 parity: vectors p = 0..15 of one output row run
+                nx = T.alloc_local((ow,), "uint32")
+                p = (tx % 32) // 2
+                for c in T.unroll(cols):
+                    for h in T.unroll(ow):
+                        nx[h] = T.shfl_down(o[c * ow + h], 2)
+                    if m0 + rows <= M and n0 + cols <= N:
+                        T.call_extern("handle", f"tk_strun<{ow * 4}>", T.address_of(out[bb, n0 + c, m0]),
+                                      T.address_of(o[c * ow]), T.address_of(nx[0]), p == 0,
+                                      T.Or(p == 15, m0 + 2 * rows > M))
 
     return batched_transpose
 
@@ -217,13 +297,82 @@ def transpose_tiled_kernel(dtype: str, tile: int = 64, threads: int = 256, tile_
     return batched_transpose
 
 
+def transpose_flat_kernel(dtype: str, tile_m: int = 128, tile_n: int = 64, threads: int = 256):
+    """x[B, M, N] -> out[B, N, M] for any pitches, with 16-byte loads and stores where
+    transpose_tiled_kernel moves one element a lane along the unaligned dimension.
+
+    The tensors are read as flat arrays (the launcher checks their bases are 16-byte aligned): row
+    i of the CTA's tile_m x tile_n block is loaded as the aligned 16-byte vectors covering it
+    (tile_n / V + 1 of them, V = 16 / element size), stored unshifted in shared memory beside its
+    shift sh[i], each vector at chunk k ^ ((i / V) % 8) of the row (so the column reads below, V
+    rows apart, hit 8 different bank groups).  Output row j's tile_m elements start at a flat
+    offset whose misalignment h varies with j when M is unaligned: its tile_m / V slots are the
+    aligned vectors at h + q V (16-byte stores gathered column-wise from shared memory) and one
+    wrapped slot holding the head [0, h) and the tail, stored element by element.  A warp stores 8
+    slots x 4 output rows: 128-byte runs."""
+    import tilelang.language as T
+
+    B, M, N = T.dynamic("B"), T.dynamic("M"), T.dynamic("N")
+    size = {"uint8": 1, "float16": 2, "int32": 4}[dtype]
+    V = 16 // size
+    nvl = tile_n // V + 1                        # vectors loaded per tile row
+    cw = max(8, 1 << (nvl - 1).bit_length())     # 16-byte chunks a shared row (room for the XOR)
+    slots = tile_m // V                          # stores per output row
+    assert tile_n % V == 0 and slots % 8 == 0 and tile_n % 4 == 0 and threads % 32 == 0
+    lt, st = -(-tile_m * nvl // threads), -(-tile_n * slots // threads)
+    i64 = "int64"
+
+    def at(r, c):                                # shared-memory column of element (row r, column c)
+        return ((c // V) ^ ((r // V) % 8)) * V + c % V
+
+    @T.prim_func
+    def batched_transpose(x: T.Tensor((B, M, N), dtype), out: T.Tensor((B, N, M), dtype)):
+        with T.Kernel(T.ceildiv(N, tile_n), T.ceildiv(M, tile_m), B, threads=threads) as (bn, bm, bb):
+            tx = T.get_thread_binding()
+            t = T.alloc_shared((tile_m, cw * V), dtype)
+            sh = T.alloc_shared((tile_m,), "int32")
+            o = T.alloc_local((V,), dtype)
+            m0, n0 = bm * tile_m, bn * tile_n
+            total = T.cast(B, i64) * T.cast(M, i64) * T.cast(N, i64)
+            for it in T.unroll(lt):
+                i, k = (it * threads + tx) // nvl, (it * threads + tx) % nvl
+                if it * threads + tx < tile_m * nvl and m0 + i < M:
+                    f = (T.cast(bb, i64) * T.cast(M, i64) + T.cast(m0 + i, i64)) * T.cast(N, i64) + T.cast(n0, i64)
+                    s = T.cast(f % V, "int32")
+                    if k == 0:
+                        sh[i] = s
+                    if k * V < s + tile_n and f - T.cast(s, i64) + T.cast(k * V, i64) < total:
+                        for v in T.vectorized(V):
+                            t[i, (k ^ ((i // V) % 8)) * V + v] = x[0, 0, f - T.cast(s, i64) + T.cast(k * V + v, i64)]
+            T.sync_threads()
+            mv = T.min(tile_m, M - m0)
+            for it in T.unroll(st):
+                w = it * (threads // 32) + tx // 32            # 8 slots x 4 rows a warp
+                j = (w % (tile_n // 4)) * 4 + (tx // 8) % 4
+                q = (w // (tile_n // 4)) * 8 + tx % 8
+                if q < slots and n0 + j < N:
+                    g = (T.cast(bb, i64) * T.cast(N, i64) + T.cast(n0 + j, i64)) * T.cast(M, i64) + T.cast(m0, i64)
+                    r = T.cast((V - g % V) % V, "int32") + q * V
+                    if r + V <= mv:
+                        for e in T.unroll(V):
+                            o[e] = t[r + e, at(r + e, sh[r + e] + j)]
+                        T.stg128(out[0, 0, g + T.cast(r, i64)], T.reinterpret(o[T.Ramp(0, 1, V)], "uint32x4"))
+                    else:
+                        for e in T.unroll(V):
+                            p = T.if_then_else(r + e >= tile_m, r + e - tile_m, r + e)
+                            if p < mv:
+                                out[0, 0, g + T.cast(p, i64)] = t[p, at(p, sh[p] + j)]
+
+    return batched_transpose
+
+
 def transpose_factory(dtype: str, rows: int = 0, cols: int = 0, tile: int = 0, threads: int = 256, tile_m: int = 0,
-                      vec_n: int = 0, vec_m: int = 0, pad_bytes: int = 4):
+                      vec_n: int = 0, vec_m: int = 0, pad_bytes: int = 4, unaligned: int = 0):
     """The vector kernel for 16-byte-aligned pitches (rows / cols), else the shared-memory tile
     (the same source for both archs)."""
     if tile:
         return transpose_tiled_kernel(dtype, tile, threads, tile_m, vec_n, vec_m, pad_bytes)
-    return transpose_kernel(dtype, rows, cols, threads)
+    return transpose_kernel(dtype, rows, cols, threads, unaligned)
 
 
 # ---- per-channel FP8 (128-token groups) --------------------------------------------------------

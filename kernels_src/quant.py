@@ -12,8 +12,9 @@ Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruc
   elements.  Lanes go in pairs along a row (the pair reads one full 32-byte sector per row) and
   16 pairs down the rows, so a warp's store writes 16 consecutive R-element pieces of an output
   row.  One kernel per element size (1, 2, 4 bytes: the typed op views other dtypes of that size
-  as uint8 / float16 / int32; a transpose only moves bits).  Blocks at the edge, or pitches that
-  are no multiple of the vectors, take a per-element path in the same kernel.
+  as uint8 / float16 / int32; a transpose only moves bits).  Pitches that are no multiple of the
+  vectors (an odd token count): the same kernel with funnel-shifted loads and stores that each
+  lane aligns with its neighbour's bytes (UNALIGNED).  Blocks at the edge take a per-element path.
 - per-channel FP8: per_channel_quant_fp8 has a 512-thread CTA own 128 tokens x 128 channels (4 x 8
   a thread, only the inputs held in registers); the per-warp amaxes meet in shared memory and 128
   threads compute each channel's scale once.  The SwiGLU _transpose op: the same kernel at 64
@@ -177,24 +178,19 @@ def _t4x4(T, src, i0, step):
 # ---- transpose -----------------------------------------------------------------------------------
 # element size -> (kernel dtype, R rows per thread = store vector, C columns = load vector)
 TRANSPOSE = {1: ("uint8", 8, 16), 2: ("float16", 8, 8), 4: ("int32", 4, 4)}
-# The shared-memory tile when one pitch is not a whole number of vectors: 16-byte loads (vec_n) or
-# stores (vec_m) along the other, rows padded by 16 bytes, 128 x 64 tiles (docs/sweeps/
-# transpose_tiled.py on the H200, 4097 x 7168: bf16 1415 -> 2448 GB/s, 1-byte 725 -> 1424, against
-# element loads); both pitches unaligned: element accesses
-TILED = dict(tile=64, tile_m=128, pad_bytes=16)
 
 
 def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unaligned: int = 0):
-    """x[B, M, N] -> out[B, N, M] when both pitches are whole 16-byte vectors (M % R == 0 and
-    N % C == 0, the variant's rule; other shapes take transpose_tiled_kernel).
+    """x[B, M, N] -> out[B, N, M]; a thread moves an R-row x 16-byte block (R x C elements).
 
     The R x 16-byte block lives in 32-bit words and moves by PRMT (one byte-permute instruction
     per output word pair): 1-byte elements as 4 x 4 byte transposes (8 PRMT per 4 words), 2-byte as
     2 x 2 (one PRMT a word), 4-byte by renaming registers.  Byte-typed register arrays cost the
     1-byte kernel 144 registers (1 CTA/SM); words take 48 (5 CTAs/SM): 71-73% -> 84-87% of copy
-    on the H200 (docs/quant-tuning.md).  unaligned: any pitches, the same block moved by
-    UNALIGNED's loads and stores (a second, L1-hit vector per misaligned row, 2-5 pieces per
-    misaligned store).
+    on the H200 (docs/quant-tuning.md).  Both pitches whole 16-byte vectors (M % R == 0 and
+    N % C == 0, the variant's rule): plain vector loads and stores.  unaligned: any pitches, through
+    UNALIGNED's loads and stores; on the H200 1.0-2.8x the shared-memory tile it replaced and
+    1.0-1.8x torch.compile at odd sizes (docs/sweeps/transpose_unaligned.py, docs/quant-tuning.md).
     """
     import tilelang.language as T
 
@@ -256,123 +252,6 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unali
                                       T.Or(p == 15, m0 + 2 * rows > M))
 
     return batched_transpose
-
-
-def transpose_tiled_kernel(dtype: str, tile: int = 64, threads: int = 256, tile_m: int = 0, vec_n: int = 0,
-                           vec_m: int = 0, pad_bytes: int = 4):
-    """x[B, M, N] -> out[B, N, M] when a pitch is not a whole number of 16-byte vectors (M % R or
-    N % C != 0, e.g. an odd token count), which transpose_kernel's vectors need: its element-by-
-    element fallback moved 4097 x 7168 bf16 at 16% of copy.  Here a tile_m x tile block goes
-    through shared memory, so both the loads (lanes along N) and the stores (lanes along M) are
-    coalesced.  vec_n: N % vec_n == 0 is known (the variant's rule), so the loads vectorize up to
-    the padded rows' alignment (pad_bytes 16: 16-byte loads; 4: an odd number of 4-byte words a
-    row, so a warp reading a column hits 32 banks, but only 4-byte loads).  The stores stay one
-    element a lane (an odd M leaves no wider alignment): 57% of copy for bf16, 33% for 1-byte
-    elements at 4097 x 7168 (docs/sweeps/transpose_tiled.py, BENCHMARKS.md).  vec_m (M % vec_m ==
-    0, N unaligned): the tile is staged transposed, so the shared-memory reads and global stores
-    run along M and vectorize, and the element loads along N stay coalesced."""
-    import tilelang.language as T
-
-    B, M, N = T.dynamic("B"), T.dynamic("M"), T.dynamic("N")
-    pad = pad_bytes // {"uint8": 1, "float16": 2, "int32": 4}[dtype]
-    tm = tile_m or tile
-
-    @T.prim_func
-    def batched_transpose(x: T.Tensor((B, M, N), dtype), out: T.Tensor((B, N, M), dtype)):
-        with T.Kernel(T.ceildiv(N, tile), T.ceildiv(M, tm), B, threads=threads) as (bn, bm, bb):
-            if vec_n:
-                T.assume(N % vec_n == 0)
-            if vec_m:
-                T.assume(M % vec_m == 0)
-            m0, n0 = bm * tm, bn * tile
-            # vec_m: staged transposed (rows along M); else rows along N
-            t = T.alloc_shared((tile, tm + pad) if vec_m else (tm, tile + pad), dtype)
-            for i, j in T.Parallel(tm, tile):
-                if m0 + i < M and n0 + j < N:
-                    t[(j, i) if vec_m else (i, j)] = x[bb, m0 + i, n0 + j]
-            for j, i in T.Parallel(tile, tm):
-                if m0 + i < M and n0 + j < N:
-                    out[bb, n0 + j, m0 + i] = t[(j, i) if vec_m else (i, j)]
-
-    return batched_transpose
-
-
-def transpose_flat_kernel(dtype: str, tile_m: int = 128, tile_n: int = 64, threads: int = 256):
-    """x[B, M, N] -> out[B, N, M] for any pitches, with 16-byte loads and stores where
-    transpose_tiled_kernel moves one element a lane along the unaligned dimension.
-
-    The tensors are read as flat arrays (the launcher checks their bases are 16-byte aligned): row
-    i of the CTA's tile_m x tile_n block is loaded as the aligned 16-byte vectors covering it
-    (tile_n / V + 1 of them, V = 16 / element size), stored unshifted in shared memory beside its
-    shift sh[i], each vector at chunk k ^ ((i / V) % 8) of the row (so the column reads below, V
-    rows apart, hit 8 different bank groups).  Output row j's tile_m elements start at a flat
-    offset whose misalignment h varies with j when M is unaligned: its tile_m / V slots are the
-    aligned vectors at h + q V (16-byte stores gathered column-wise from shared memory) and one
-    wrapped slot holding the head [0, h) and the tail, stored element by element.  A warp stores 8
-    slots x 4 output rows: 128-byte runs."""
-    import tilelang.language as T
-
-    B, M, N = T.dynamic("B"), T.dynamic("M"), T.dynamic("N")
-    size = {"uint8": 1, "float16": 2, "int32": 4}[dtype]
-    V = 16 // size
-    nvl = tile_n // V + 1                        # vectors loaded per tile row
-    cw = max(8, 1 << (nvl - 1).bit_length())     # 16-byte chunks a shared row (room for the XOR)
-    slots = tile_m // V                          # stores per output row
-    assert tile_n % V == 0 and slots % 8 == 0 and tile_n % 4 == 0 and threads % 32 == 0
-    lt, st = -(-tile_m * nvl // threads), -(-tile_n * slots // threads)
-    i64 = "int64"
-
-    def at(r, c):                                # shared-memory column of element (row r, column c)
-        return ((c // V) ^ ((r // V) % 8)) * V + c % V
-
-    @T.prim_func
-    def batched_transpose(x: T.Tensor((B, M, N), dtype), out: T.Tensor((B, N, M), dtype)):
-        with T.Kernel(T.ceildiv(N, tile_n), T.ceildiv(M, tile_m), B, threads=threads) as (bn, bm, bb):
-            tx = T.get_thread_binding()
-            t = T.alloc_shared((tile_m, cw * V), dtype)
-            sh = T.alloc_shared((tile_m,), "int32")
-            o = T.alloc_local((V,), dtype)
-            m0, n0 = bm * tile_m, bn * tile_n
-            total = T.cast(B, i64) * T.cast(M, i64) * T.cast(N, i64)
-            for it in T.unroll(lt):
-                i, k = (it * threads + tx) // nvl, (it * threads + tx) % nvl
-                if it * threads + tx < tile_m * nvl and m0 + i < M:
-                    f = (T.cast(bb, i64) * T.cast(M, i64) + T.cast(m0 + i, i64)) * T.cast(N, i64) + T.cast(n0, i64)
-                    s = T.cast(f % V, "int32")
-                    if k == 0:
-                        sh[i] = s
-                    if k * V < s + tile_n and f - T.cast(s, i64) + T.cast(k * V, i64) < total:
-                        for v in T.vectorized(V):
-                            t[i, (k ^ ((i // V) % 8)) * V + v] = x[0, 0, f - T.cast(s, i64) + T.cast(k * V + v, i64)]
-            T.sync_threads()
-            mv = T.min(tile_m, M - m0)
-            for it in T.unroll(st):
-                w = it * (threads // 32) + tx // 32            # 8 slots x 4 rows a warp
-                j = (w % (tile_n // 4)) * 4 + (tx // 8) % 4
-                q = (w // (tile_n // 4)) * 8 + tx % 8
-                if q < slots and n0 + j < N:
-                    g = (T.cast(bb, i64) * T.cast(N, i64) + T.cast(n0 + j, i64)) * T.cast(M, i64) + T.cast(m0, i64)
-                    r = T.cast((V - g % V) % V, "int32") + q * V
-                    if r + V <= mv:
-                        for e in T.unroll(V):
-                            o[e] = t[r + e, at(r + e, sh[r + e] + j)]
-                        T.stg128(out[0, 0, g + T.cast(r, i64)], T.reinterpret(o[T.Ramp(0, 1, V)], "uint32x4"))
-                    else:
-                        for e in T.unroll(V):
-                            p = T.if_then_else(r + e >= tile_m, r + e - tile_m, r + e)
-                            if p < mv:
-                                out[0, 0, g + T.cast(p, i64)] = t[p, at(p, sh[p] + j)]
-
-    return batched_transpose
-
-
-def transpose_factory(dtype: str, rows: int = 0, cols: int = 0, tile: int = 0, threads: int = 256, tile_m: int = 0,
-                      vec_n: int = 0, vec_m: int = 0, pad_bytes: int = 4, unaligned: int = 0):
-    """The vector kernel for 16-byte-aligned pitches (rows / cols), else the shared-memory tile
-    (the same source for both archs)."""
-    if tile:
-        return transpose_tiled_kernel(dtype, tile, threads, tile_m, vec_n, vec_m, pad_bytes)
-    return transpose_kernel(dtype, rows, cols, threads, unaligned)
 
 
 # ---- per-channel FP8 (128-token groups) --------------------------------------------------------
@@ -1052,12 +931,13 @@ SPECS = (
             "of those sizes as uint8 / float16 / int32)",
         tensors=(Tensor("x", ("B", "M", "N"), dtypes=tuple(d for d, _, _ in TRANSPOSE.values())),
                  Tensor("out", ("B", "N", "M"), dtype_of="x", role="output")),
-        factory=transpose_factory,
+        factory=transpose_kernel,
         variants=tuple(Variant(dict(dtype=d, rows=r, cols=c), rule=f"B <= 65535 and M % {r} == 0 and N % {c} == 0",
                                priority=2) for d, r, c in TRANSPOSE.values())
-        + tuple(Variant(dict(dtype=d, **TILED, **{v: c}), rule=f"B <= 65535 and {dim} % {c} == 0", priority=1)
-                for d, _, c in TRANSPOSE.values() for v, dim in (("vec_n", "N"), ("vec_m", "M")))
-        + tuple(Variant(dict(dtype=d, tile=64), rule="B <= 65535") for d, _, _ in TRANSPOSE.values()),
+        # unaligned M, aligned N: 128 threads measured 5-11% ahead for 1- and 2-byte elements
+        + tuple(Variant(dict(dtype=d, rows=r, cols=c, threads=128, unaligned=1), rule=f"B <= 65535 and N % {c} == 0",
+                        priority=1) for d, r, c in TRANSPOSE.values() if d != "int32")
+        + tuple(Variant(dict(dtype=d, rows=r, cols=c, unaligned=1), rule="B <= 65535") for d, r, c in TRANSPOSE.values()),
         reference=_REF + "batched_transpose"),
     OpSpec(
         name="tkreg.per_channel_quant_fp8",

@@ -6,6 +6,10 @@ Build:
   .venv/bin/python -m build_tools build --src docs/sweeps/transpose_flat.py --namespace sw --arch sm_90a \\
       --out .ab/tf/pack --cache /tmp/gwscache -j 2
 Run (cwd outside the repo): TKREG_PACKS=pack python3 transpose_flat.py OUT.json
+Results (2026-12-03, H200): every cfg bit for bit equal, 0.4-0.9x the shared-memory tile then shipped
+(instruction-bound: the per-element gather's index math); not shipped (docs/quant-tuning.md).
+(Builds at commit f40ae36: transpose_flat_kernel left the source when the unaligned register transpose
+replaced it, docs/sweeps/transpose_unaligned.py.)
 """
 import json
 import pathlib

@@ -18,6 +18,8 @@ best for 2-byte elements (4097 x 7168: 1415 -> 2448 GB/s) and level with 1 / 2 /
 an aligned M (`vec_m`, 16-byte stores) was added after this run (7168 x 4097 bf16: 34% -> 38% of
 copy in the bench).  (That run's copy column timed a copy of half the bytes, so it read ~2x high;
 the copy now moves the same bytes as the transpose.)
+(Builds at commit f40ae36: transpose_tiled_kernel left the source when the unaligned register transpose
+replaced it, docs/sweeps/transpose_unaligned.py.)
 """
 import json
 import pathlib

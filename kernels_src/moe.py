@@ -31,7 +31,7 @@ Kernels (thread-level, no tensor cores):
     k rows (evict-first stores), and E x 8 more CTAs of the same grid zero the padding rows;
     column-major fp8 scales: a first launch stages them per token in 8-group chunks (scratch),
     then the head CTAs of the rows' grid write them a thread per row (coalesced along rows);
-    combine reads the k rows.
+    combine reads the k rows (k <= 8: a variant with half the registers, evict-first stores).
   expert_counts: a zeroing kernel, then shared-memory histograms of 4096 slots per CTA added with
     global atomics (sums of counts do not depend on their order).
 """
@@ -485,56 +485,67 @@ def expand_kernel(dtype: str = "bfloat16", layout: str = "", unroll: int = 2, th
     return moe_expand_fp8_colmajor
 
 
-def combine_kernel(unroll: int = 1):
-    """y_e[R, H] -> out[T, H] = sum_j w[t, j] * y_e[row_of_slot[t, j]] (+ shared[t]), fp32, bf16 out."""
+def combine_kernel(unroll: int = 1, kmax: int = K_MAX, threads: int = MOVE_THREADS, cs: int = 0):
+    """y_e[R, H] -> out[T, H] = sum_j w[t, j] * y_e[row_of_slot[t, j]] (+ shared[t]), fp32, bf16 out.
+
+    A CTA per token, 16-byte vectors; a thread issues the loads of `unroll` chunks (kmax rows each)
+    before it sums the first; kmax: the largest k the variant serves (registers: kmax x unroll
+    vectors); cs: evict-first stores."""
     import tilelang.language as T
 
     Tn, H, K, R = T.dynamic("T"), T.dynamic("H"), T.dynamic("K"), T.dynamic("R")
     vec, dt, f32 = 8, "bfloat16", "float32"
-    span = MOVE_THREADS * vec
+    span = threads * vec * unroll
 
     @T.prim_func
     def moe_combine(y_e: T.Tensor((R, H), dt), row_of_slot: T.Tensor((Tn, K), "int32"),
                     topk_weights: T.Tensor((Tn, K), f32), shared: T.Tensor((Tn, H), dt),
                     out: T.Tensor((Tn, H), dt)):
-        with T.Kernel(Tn, threads=MOVE_THREADS) as t:
+        with T.Kernel(Tn, threads=threads, **(dict(prelude=STORE_CS) if cs else {})) as t:
             T.assume(H % vec == 0)
             tx = T.get_thread_binding()
-            rows = T.alloc_local((K_MAX,), "int32")
-            wts = T.alloc_local((K_MAX,), f32)
-            yv = T.alloc_local((K_MAX * vec,), dt)
-            sv = T.alloc_local((vec,), dt)
+            rows = T.alloc_local((kmax,), "int32")
+            wts = T.alloc_local((kmax,), f32)
+            yv = T.alloc_local((unroll * kmax * vec,), dt)
+            sv = T.alloc_local((unroll * vec,), dt)
             acc = T.alloc_local((vec,), f32)
             ov = T.alloc_local((vec,), dt)
-            for j in T.unroll(K_MAX):
+            for j in T.unroll(kmax):
                 rows[j] = -1
                 wts[j] = T.float32(0)
                 if j < K:
                     rows[j] = row_of_slot[t, j]
                     wts[j] = topk_weights[t, j]
             for c in T.serial(T.ceildiv(H, span)):
-                col = (c * MOVE_THREADS + tx) * vec
-                if col < H:
-                    for j in T.unroll(K_MAX):             # every load first
-                        if rows[j] >= 0:
+                for u in T.unroll(unroll):                # every load first
+                    col = ((c * unroll + u) * threads + tx) * vec
+                    if col < H:
+                        for j in T.unroll(kmax):
+                            if rows[j] >= 0:
+                                for v in T.vectorized(vec):
+                                    yv[(u * kmax + j) * vec + v] = y_e[rows[j], col + v]
+                        if not T.isnullptr(shared.data):
                             for v in T.vectorized(vec):
-                                yv[j * vec + v] = y_e[rows[j], col + v]
-                    if not T.isnullptr(shared.data):
-                        for v in T.vectorized(vec):
-                            sv[v] = shared[t, col + v]
-                    for v in T.unroll(vec):
-                        acc[v] = T.float32(0)
-                    for j in T.unroll(K_MAX):
-                        if rows[j] >= 0:
-                            for v in T.unroll(vec):
-                                acc[v] = T.ieee_add(acc[v], T.ieee_mul(wts[j], T.cast(yv[j * vec + v], f32)))
-                    if not T.isnullptr(shared.data):
+                                sv[u * vec + v] = shared[t, col + v]
+                for u in T.unroll(unroll):
+                    col = ((c * unroll + u) * threads + tx) * vec
+                    if col < H:
                         for v in T.unroll(vec):
-                            acc[v] = T.ieee_add(acc[v], T.cast(sv[v], f32))
-                    for v in T.unroll(vec):
-                        ov[v] = T.cast(acc[v], dt)
-                    for v in T.vectorized(vec):
-                        out[t, col + v] = ov[v]
+                            acc[v] = T.float32(0)
+                        for j in T.unroll(kmax):
+                            if rows[j] >= 0:
+                                for v in T.unroll(vec):
+                                    acc[v] = T.ieee_add(acc[v], T.ieee_mul(wts[j], T.cast(yv[(u * kmax + j) * vec + v], f32)))
+                        if not T.isnullptr(shared.data):
+                            for v in T.unroll(vec):
+                                acc[v] = T.ieee_add(acc[v], T.cast(sv[u * vec + v], f32))
+                        for v in T.unroll(vec):
+                            ov[v] = T.cast(acc[v], dt)
+                        if cs:
+                            T.call_extern("handle", "tk_st16_cs", T.address_of(out[t, col]), T.address_of(ov[0]))
+                        else:
+                            for v in T.vectorized(vec):
+                                out[t, col + v] = ov[v]
 
     return moe_combine
 
@@ -684,7 +695,12 @@ SPECS = (
                  Tensor("shared", ("T", "H"), dtype_of="y_e", optional=True),
                  Tensor("out", ("T", "H"), dtype_of="y_e", role="output")),
         factory=combine_kernel,
-        variants=(Variant({}, rule=f"H % 8 == 0 and {_MOVE_RULE}"),),
+        # k <= 8 (DeepSeek-V3's 8): half the registers, 5 CTAs/SM instead of 3, evict-first stores,
+        # 1.11-1.16x the k <= 16 kernel on the H200; up to 128 tokens (at most a CTA an SM) 256
+        # threads, 1.39x at 64 tokens (docs/sweeps/moe_combine.py)
+        variants=(Variant(dict(kmax=8, threads=256), rule="H % 8 == 0 and K <= 8 and T <= 128", priority=2),
+                  Variant(dict(kmax=8, cs=1), rule="H % 8 == 0 and K <= 8", priority=1),
+                  Variant({}, rule=f"H % 8 == 0 and {_MOVE_RULE}")),
         reference=_REF + "moe_combine", backward="tkreg.ops.moe:CombineBackward"),
     OpSpec(
         name="tkreg.expert_counts",

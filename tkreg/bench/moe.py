@@ -5,17 +5,19 @@ Bytes per call (GB/s against the copy ceiling):
   mapping    4*T*k (ids) + 4*T*k (row_of_slot) + 4*R (slot_of_row)
   expand     T*H*e (x, read once) + U*H*e (the U = expert_offsets[E] rows written), fp8 + scales
   combine    T*k*H*2 (the routed rows) + T*H*2 (out) + 8*T*k
+Prefill sizes queue their calls behind a spin kernel (timing.queued_ms), peers too: events around
+one call would also time the host's launch work, tens of µs on a slow VM against kernels of 2-500 µs.
 Decode sizes (T = 1..64) are host-bound: per-call wall time of a loop against the eager reference.
 """
 from __future__ import annotations
 
-from .timing import Row, bandwidth_rows, compiled, gpu_ms, host_us, need_torch, rotations, try_ms
+from .timing import Row, bandwidth_rows, compiled, host_us, need_torch, queued_ms, rotations, try_ms
 
 V3 = dict(e=256, g=8, tg=4, k=8)      # DeepSeek-V3: sigmoid + bias, scaling 2.5
 
 
 def _peers(eager, comp, sets):
-    return {"eager": gpu_ms(eager, sets), "torch.compile": comp and try_ms(comp, sets)}
+    return {"eager": queued_ms(eager, sets), "torch.compile": comp and try_ms(comp, sets, queued_ms)}
 
 
 def cases(quick, ceiling, progress):
@@ -34,7 +36,7 @@ def cases(quick, ceiling, progress):
         bias = torch.randn(e, device="cuda") * 0.1
         nbytes = t * e * 4 + 4 * e + 8 * t * k
         sets = rotations(lambda: (torch.randn(t, e, device="cuda"),), nbytes)
-        ours = gpu_ms(lambda s: ops.group_limited_topk_gate(s, k, g, tg, bias=bias, routed_scaling_factor=2.5), sets)
+        ours = queued_ms(lambda s: ops.group_limited_topk_gate(s, k, g, tg, bias=bias, routed_scaling_factor=2.5), sets)
         peers = _peers(lambda s: ref.group_limited_topk_gate(s, bias, None, k, g, tg, 2, True, 2.5, k),
                        c_gl and (lambda s: c_gl(s, bias, None, k, g, tg, 2, True, 2.5, k)), sets)
         rows += bandwidth_rows("group_limited_topk_gate", f"T={t} E=256 g8/4 k=8 sigmoid+bias fp32", nbytes,
@@ -42,7 +44,7 @@ def cases(quick, ceiling, progress):
         e, k = 128, 8
         nbytes = t * e * 4 + 8 * t * k
         sets = rotations(lambda: (torch.randn(t, e, device="cuda"),), nbytes)
-        ours = gpu_ms(lambda s: ops.topk_gate(s, k, scoring="softmax", renormalize=True), sets)
+        ours = queued_ms(lambda s: ops.topk_gate(s, k, scoring="softmax", renormalize=True), sets)
         peers = _peers(lambda s: ref.topk_gate(s, None, k, 1, True), c_tk and (lambda s: c_tk(s, None, k, 1, True)), sets)
         rows += bandwidth_rows("topk_gate", f"T={t} E=128 k=8 softmax fp32", nbytes, ceiling, ours, peers)
         progress()
@@ -54,7 +56,7 @@ def cases(quick, ceiling, progress):
         r = ref.padded_rows(t, k, e, a)
         nbytes = 8 * t * k + 4 * r
         sets = rotations(lambda: (torch.rand(t, e, device="cuda").topk(k, -1).indices.to(torch.int32),), nbytes)
-        ours = gpu_ms(lambda i: ops.moe_mapping(i, e, a), sets)
+        ours = queued_ms(lambda i: ops.moe_mapping(i, e, a), sets)
         peers = _peers(lambda i: ref.moe_mapping(i, e, a), c_map and (lambda i: c_map(i, e, a)), sets)
         rows += bandwidth_rows("moe_mapping", f"T={t} k=8 E=256 align 128", nbytes, ceiling, ours, peers)
     progress()
@@ -71,7 +73,7 @@ def cases(quick, ceiling, progress):
         margs = (m.row_of_slot, m.slot_of_row, m.expert_offsets, m.counts)
         nbytes = (t + used) * h * 2
         sets = rotations(lambda: (torch.randn(t, h, device="cuda").to(BF16),), nbytes)
-        ours = gpu_ms(lambda x: ops.moe_expand(x, m), sets)
+        ours = queued_ms(lambda x: ops.moe_expand(x, m), sets)
         peers = _peers(lambda x: ref.moe_expand(x, *margs), c_ex and (lambda x: c_ex(x, *margs)), sets)
         rows += bandwidth_rows("moe_expand", f"T={t} H={h} k=8 E=256 bf16", nbytes, ceiling, ours, peers)
 
@@ -79,7 +81,7 @@ def cases(quick, ceiling, progress):
             nbytes = (t + used) * h + (t + used) * (h // 128) * 4
             sets = rotations(lambda: ops.per_token_group_quant_fp8(torch.randn(t, h, device="cuda").to(BF16),
                                                                    column_major_scales=col), nbytes)
-            ours = gpu_ms(lambda q, s: ops.moe_expand(q, m, scales=s), sets)
+            ours = queued_ms(lambda q, s: ops.moe_expand(q, m, scales=s), sets)
             peers = _peers(lambda q, s: ref.moe_expand_fp8(q, s, *margs),
                            c_f8 and (lambda q, s: c_f8(q, s, *margs)), sets)
             rows += bandwidth_rows("moe_expand", f"T={t} H={h} k=8 E=256 fp8 {'col' if col else 'row'}-scales",
@@ -88,7 +90,7 @@ def cases(quick, ceiling, progress):
         w = torch.rand(t, k, device="cuda")
         nbytes = t * k * h * 2 + t * h * 2 + 8 * t * k
         sets = rotations(lambda: (torch.randn(used, h, device="cuda").to(BF16),), nbytes)
-        ours = gpu_ms(lambda y: ops.moe_combine(y, m, w), sets)
+        ours = queued_ms(lambda y: ops.moe_combine(y, m, w), sets)
         peers = _peers(lambda y: ref.moe_combine(y, m.row_of_slot, w),
                        c_co and (lambda y: c_co(y, m.row_of_slot, w)), sets)
         rows += bandwidth_rows("moe_combine", f"T={t} H={h} k=8 E=256", nbytes, ceiling, ours, peers)

@@ -23,7 +23,7 @@ def test_family_is_registered_for_both_archs():
         assert o["archs"] == ["sm_100a", "sm_90a"], name
         for arch, keys in o["variants"].items():
             total[arch] = total.get(arch, 0) + len(keys)
-    assert total == {"sm_90a": 14, "sm_100a": 14}
+    assert total == {"sm_90a": 16, "sm_100a": 16}
 
 
 # ---- dispatch ---------------------------------------------------------------------------------
@@ -61,7 +61,10 @@ def test_move_ops_dispatch():
     xs = torch.empty(t, h // 128)
     assert tkreg.explain("moe_expand_fp8", torch.empty(t, h, dtype=FP8), xs, *m, arch="sm_100a").chosen \
         == "dtype=float8_e4m3fn,layout=row"
-    assert tkreg.explain("moe_combine", torch.empty(r, h, dtype=BF16), m[0], torch.empty(t, k), arch="sm_90a").chosen == ""
+    for tt, kk, chosen in ((t, k, "kmax=8,threads=256"), (129, 8, "cs=1,kmax=8"), (9, 12, "")):
+        e2 = tkreg.explain("moe_combine", torch.empty(r, h, dtype=BF16), torch.empty(tt, kk, dtype=torch.int32),
+                           torch.empty(tt, kk), arch="sm_90a")
+        assert e2.chosen == chosen, (tt, kk, str(e2))
     e1 = tkreg.explain("moe_expand", torch.empty(t, 100, dtype=BF16), *m, arch="sm_90a")
     assert e1.chosen is None and "H % 8 == 0" in str(e1)
 

@@ -114,7 +114,8 @@ def test_all_tokens_to_one_expert():
 
 # ---- expand / combine ---------------------------------------------------------------------------
 @pytest.mark.parametrize("t, h, k, e, a", [(1, 7168, 8, 256, 128), (37, 4096, 8, 256, 16), (1000, 2048, 6, 64, 1),
-                                           (513, 1032, 2, 8, 4), (0, 1024, 8, 256, 128)])
+                                           (513, 1032, 2, 8, 4), (0, 1024, 8, 256, 128), (300, 1024, 12, 64, 8),
+                                           (200, 7168, 8, 256, 128)])
 def test_expand_combine_round_trip(t, h, k, e, a, seed):
     idx = routed(t, k, e) if t else torch.empty(0, k, dtype=torch.int32, device="cuda")
     m = ops.moe_mapping(idx, e, a)

@@ -228,19 +228,18 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unali
                             o[(2 * w + 1) * ow + h] = _prmt(T, a[(2 * h) * 4 + w], a[(2 * h + 1) * 4 + w], 0x7632)
                         else:
                             o[w * ow + h] = a[h * 4 + w]
-                for c in T.unroll(cols):
-                    if unaligned:
-                        pass                    # below, where the whole warp shuffles
-                    elif ow == 4:
-                        T.stg128(out[bb, n0 + c, m0], o[T.Ramp(c * 4, 1, 4)])
-                    else:
-                        T.stg64(out[bb, n0 + c, m0], o[T.Ramp(c * 2, 1, 2)])
-            else:                             # lanes past an edge (or unaligned pitches): element by element
+                if not unaligned:             # (unaligned: below, where the whole warp shuffles)
+                    for c in T.unroll(cols):
+                        if ow == 4:
+                            T.stg128(out[bb, n0 + c, m0], o[T.Ramp(c * 4, 1, 4)])
+                        else:
+                            T.stg64(out[bb, n0 + c, m0], o[T.Ramp(c * 2, 1, 2)])
+            else:                             # lanes past an edge: element by element
                 for c in T.unroll(cols):
                     for r in T.unroll(rows):
                         if m0 + r < M and n0 + c < N:
                             out[bb, n0 + c, m0 + r] = x[bb, m0 + r, n0 + c]
-            if unaligned:                     # lane 2p + 1 - n0 parity: vectors p = 0..15 of one output row run
+            if unaligned:                     # lanes 2p, 2p + 1: vector p (0..15) of their columns' output rows
                 nx = T.alloc_local((ow,), "uint32")
                 p = (tx % 32) // 2
                 for c in T.unroll(cols):

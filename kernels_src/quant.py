@@ -48,6 +48,7 @@ FP8 = "float8_e4m3fn"
 DTYPES = ("bfloat16", "float16")
 FP8_MAX, AMAX_FLOOR = 448.0, 1e-4
 FP4_FLOOR = 6.0 * 2.0 ** -126
+FP4_FLOOR_BITS = 0x01C00000            # its fp32 bits
 E5M6_MAX = 65024.0
 _REF = "tkreg.reference.quant:"
 _UE8M0 = Scalar("ue8m0", "bool", False)
@@ -65,9 +66,31 @@ def _scale(T, amax, floor, qmax, ue8m0):
                            T.ieee_fdiv(T.float32(qmax), a)))
 
 
-def _silu(T, g, u):
-    """fast-math silu(g) * u in fp32 (kernels_src/fp8.py)."""
+def _silu(T, g, u, fsilu=0):
+    """fast-math silu(g) * u in fp32 (kernels_src/fp8.py); fsilu: the same on SILU's ftz helpers."""
+    if fsilu:
+        return T.call_extern("float32", "tk_silu", g, u)
     return T.call_extern("float32", "__fdividef", g, T.float32(1) + T.__exp(-g)) * u
+
+
+def _sigmoid(T, g, fsilu=0):
+    if fsilu:
+        return T.call_extern("float32", "tk_sigmoid", g)
+    return T.call_extern("float32", "__fdividef", T.float32(1), T.float32(1) + T.__exp(-g))
+
+
+# __fdividef(g, 1 + __expf(-g)) (* u) on the flush-to-zero ex2 / rcp: one MUFU each, where the
+# non-ftz forms nvcc emits without --use_fast_math add range fix-ups (a compare and two predicated
+# multiplies around the ex2, more around the rcp).  Equal wherever 1 + e^-g <= 2^126 (g > -87.3);
+# below, both are zeros (their signs may differ).
+SILU = r"""
+__device__ __forceinline__ float tk_sigmoid(float g) {
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(g * -1.44269504088896340736f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+  return r; }
+__device__ __forceinline__ float tk_silu(float g, float u) { return g * tk_sigmoid(g) * u; }
+"""
 
 
 # PRMT (byte permute), RZ / RN fp16x2 conversions, packed bf16 multiply, fp16x2 FMA and min: one
@@ -98,6 +121,15 @@ __device__ __forceinline__ void tk_st4_cs(void* dst, unsigned v) {
   asm volatile("st.global.cs.b32 [%0], %1;" :: "l"(dst), "r"(v) : "memory"); }
 """
 PRELUDE_CS = PRELUDE + STORE_CS
+# Packed bf16x2 FMA, min and max (the bf16 FP4 quant's e2m1 lines and amax): one instruction each.
+BF16X2 = r"""
+__device__ __forceinline__ unsigned tk_bfma2(unsigned a, unsigned b, unsigned c) {
+  unsigned r; asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
+__device__ __forceinline__ unsigned tk_bmin2(unsigned a, unsigned b) {
+  unsigned r; asm("min.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ unsigned tk_bmax2(unsigned a, unsigned b) {
+  unsigned r; asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+"""
 # The transpose at unaligned pitches.  Loads: the two aligned vectors around a misaligned 16-byte
 # row (the second an L1 hit: the next lane's) funnel-shifted, branch-free so a thread's loads all
 # issue before the first returns.  Stores: the lanes of a warp hold consecutive vectors of one
@@ -286,7 +318,7 @@ def _channel_load(T, dtype, nv, rpt):
 
 
 def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int = 4, cw: int = 128, ns: int = 1,
-                         cs: int = 0, minb: int = 0):
+                         cs: int = 0, minb: int = 0, fsilu: int = 0):
     """x[M, K] (or [M, 2K] with silu: silu(x[:, :K]) * x[:, K:]) -> q[M, K] (transpose: q^T[K, M])
     e4m3, s[ceil(M / 128), K] fp32.
 
@@ -316,18 +348,23 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
     SL = T.ceildiv(M, 128)
     load = _channel_load(T, dtype, nv, rpt)
 
-    def yv(g, h, i):
+    def yv(g, h, i, yb):
+        if fsilu:                          # computed once below (nvcc does not merge the two asm uses)
+            return yb[i]
         gv = T.cast(g[i], "float32")
         return _silu(T, gv, T.cast(h[i], "float32")) if silu else gv
 
     @T.macro
-    def proc(g, h, sl, bk, tx, cc, rg, k0, r0, q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a):
+    def proc(g, h, sl, bk, tx, cc, rg, k0, r0, q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb):
         if sl < SL:                        # uniform over the CTA (barriers inside)
+            if fsilu:
+                for i in T.unroll(rpt * nv):
+                    yb[i] = _silu(T, T.cast(g[i], "float32"), T.cast(h[i], "float32"), fsilu)
             for v in T.unroll(nv):
                 am[v] = T.float32(0)
             for i in T.unroll(rpt):
                 for v in T.unroll(nv):
-                    am[v] = T.max(am[v], T.abs(yv(g, h, i * nv + v)))
+                    am[v] = T.max(am[v], T.abs(yv(g, h, i * nv + v, yb)))
             for o_ in T.unroll(5 - (ncc.bit_length() - 1)):
                 for v in T.unroll(nv):
                     am[v] = T.max(am[v], T.shfl_xor(am[v], ncc << o_))
@@ -347,7 +384,7 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
                 inv[v] = sc[cc * nv + v]
             for i in T.unroll(rpt):
                 for v in T.unroll(nv):
-                    ql[i * nv + v] = T.cast(yv(g, h, i * nv + v) * inv[v], FP8)
+                    ql[i * nv + v] = T.cast(yv(g, h, i * nv + v, yb) * inv[v], FP8)
             if not transpose:
                 for i in T.unroll(rpt):
                     if r0 + i < M and k0 < K:
@@ -390,7 +427,8 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
     @T.prim_func
     def channel_quant(x: T.Tensor(x_shape, dtype), q: T.Tensor(q_shape, FP8),
                       s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool):
-        with T.Kernel(T.ceildiv(M, 128 * ns), T.ceildiv(K, cw), threads=threads, prelude=PRELUDE_CS) as (bm, bk):
+        with T.Kernel(T.ceildiv(M, 128 * ns), T.ceildiv(K, cw), threads=threads,
+                      prelude=PRELUDE_CS + SILU if fsilu else PRELUDE_CS) as (bm, bk):
             T.assume(N % (16 if silu else 8) == 0)
             if minb:                       # __launch_bounds__(threads, minb): a statement of the body
                 T.annotate_min_blocks_per_sm(minb)
@@ -407,21 +445,22 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
             a = T.alloc_local((1,), "float32")
             t8 = T.alloc_local((rpt,), FP8)
             o = T.alloc_local((16,), FP8)
+            yb = T.alloc_local((rpt * nv,), "float32") if fsilu else None
             red = T.alloc_shared((warps, cw), "float32")
             sc = T.alloc_shared((cw,), "float32")
             qs = T.alloc_shared((cw, 128), FP8)
             load(x, gA, hA, (bm * ns) * 128 + rg * rpt, k0, M, K, silu)
             if ns == 1:
-                proc(gA, hA, bm, bk, tx, cc, rg, k0, bm * 128 + rg * rpt, q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a)
+                proc(gA, hA, bm, bk, tx, cc, rg, k0, bm * 128 + rg * rpt, q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb)
             else:
                 for j in T.unroll(ns // 2):       # slab 2j from A, 2j + 1 from B; each next one's loads first
                     load(x, gB, hB, (bm * ns + 2 * j + 1) * 128 + rg * rpt, k0, M, K, silu)
                     proc(gA, hA, bm * ns + 2 * j, bk, tx, cc, rg, k0, (bm * ns + 2 * j) * 128 + rg * rpt,
-                         q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a)
+                         q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb)
                     if 2 * j + 2 < ns:
                         load(x, gA, hA, (bm * ns + 2 * j + 2) * 128 + rg * rpt, k0, M, K, silu)
                     proc(gB, hB, bm * ns + 2 * j + 1, bk, tx, cc, rg, k0, (bm * ns + 2 * j + 1) * 128 + rg * rpt,
-                         q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a)
+                         q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb)
 
     return channel_quant
 
@@ -505,7 +544,7 @@ def channel_quant_t_kernel(dtype: str):
 
 
 # ---- SwiGLU backward + per-token-group FP8 -----------------------------------------------------
-def silu_backward_quant_kernel(dtype: str, threads: int = 128, rows: int = 2):
+def silu_backward_quant_kernel(dtype: str, threads: int = 128, rows: int = 2, fsilu: int = 0):
     """(dy[M, I], x[M, 2I]) -> dx[M, 2I] in fp32 -> q[M, 2I] e4m3, s[M, 2I // 128] (I % 128 == 0).
 
     A warp per row, `rows` rows a warp (warps apart) with every load issued before the first use;
@@ -523,7 +562,8 @@ def silu_backward_quant_kernel(dtype: str, threads: int = 128, rows: int = 2):
     @T.prim_func
     def silu_backward_quant(x: T.Tensor((M, N), dtype), dy: T.Tensor((M, I), dtype),
                             q: T.Tensor((M, N), FP8), s: T.Tensor((M, N // 128), "float32"), ue8m0: T.bool):
-        with T.Kernel(T.ceildiv(M, warps * rows), T.ceildiv(IG, 2), threads=threads) as (bx, by):
+        with T.Kernel(T.ceildiv(M, warps * rows), T.ceildiv(IG, 2), threads=threads,
+                      **(dict(prelude=SILU) if fsilu else {})) as (bx, by):
             T.assume(N % 256 == 0)
             tx = T.get_thread_binding()
             kg = by * 2 + (tx % 32) // 16
@@ -557,7 +597,7 @@ def silu_backward_quant_kernel(dtype: str, threads: int = 128, rows: int = 2):
                 for v in T.unroll(nv):
                     gf = T.cast(g[r * nv + v], "float32")
                     df = T.cast(d[r * nv + v], "float32")
-                    sg = T.call_extern("float32", "__fdividef", T.float32(1), T.float32(1) + T.__exp(-gf))
+                    sg = _sigmoid(T, gf, fsilu)
                     y[v] = df * T.cast(u[r * nv + v], "float32") * sg * (T.float32(1) + gf * (T.float32(1) - sg))
                     y[nv + v] = df * gf * sg
                     am[0] = T.max(am[0], T.abs(y[v]))
@@ -580,7 +620,8 @@ def silu_backward_quant_kernel(dtype: str, threads: int = 128, rows: int = 2):
 
 
 # ---- MXFP4 ---------------------------------------------------------------------------------------
-def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4, nt: int = 1, cs: int = 0, minb: int = 0):
+def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4, nt: int = 1, cs: int = 0, minb: int = 0,
+                     packed: int = 0):
     """x[M, K] -> q[M, K // 2] uint8 (2 codes a byte), s[M, K // 32] uint8 E8M0 (K % 32 == 0).
 
     A warp per row, nt row tiles a CTA (tile t: rows (bx * nt + t) * warps + warp; with nt = 2 the
@@ -597,6 +638,15 @@ def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4, nt: int = 
     lines in fp32 took 24.5 instructions a value and were issue-bound: 78% -> 82% of copy
     (docs/quant-tuning.md, round 2); round 3, nt = 2 + cs: 82% -> 88% at 16384 rows, 81% -> 85% at
     4096, but 82% -> 78% at 1024 (half the CTAs).  The defaults are round 2's kernel byte for byte.
+    packed (bf16 only): the same lines on bf16x2 pairs as loaded, ~9 instead of ~17 instructions a
+    value: amax by max.bf16x2 over |x| (sign bit cleared), then over the halves as integers (bit
+    patterns of non-negative floats order as their values); the scale exponent from the amax bits
+    without a division (fl(a / 6) is a power of two only when a / 6 is, so ceil(log2(a / 6)) =
+    E - 2, plus 1 when a's mantissa exceeds 1.5: ((bits + 0x3FFFFF) >> 23) - 2, equal to the fp32
+    rule for every bf16 amax); each line one fma.rn.bf16x2 of |x| by 2^-e x (2, 1, 1/2) plus the
+    magic 128 (bf16's step is 1 in [128, 256)): the product is exact inside the FMA, so the one
+    rounding is the line's RNE (no fp16 step; checked against the reference for every bf16 |x| and
+    scale).  Codes: the min minus 128 in each half, the sign bit of x shifted in.
     """
     import tilelang.language as T
 
@@ -651,29 +701,79 @@ def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4, nt: int = 
                 if tx % 4 == 0:
                     s[row, col // 32] = T.cast(e, "uint8")
 
+    assert not packed or dtype == "bfloat16"
+    B2 = {n: (lambda n: lambda *a: T.call_extern("uint32", n, *a))(n) for n in ("tk_bfma2", "tk_bmin2", "tk_bmax2")}
+
+    def word(g, i):                # bf16 values i, i + 1 as one 32-bit word (i even)
+        return T.reinterpret(g[T.Ramp(i, 1, 2)], "uint32")
+
+    @T.macro
+    def proc_packed(g, row, by, tx, q, s, am, bt, wa):
+        for u in T.unroll(unroll):
+            for p in T.unroll(4):
+                wa[u * 4 + p] = word(g, u * nv + 2 * p) & U(0x7FFF7FFF)
+            m4 = B2["tk_bmax2"](B2["tk_bmax2"](wa[u * 4], wa[u * 4 + 1]), B2["tk_bmax2"](wa[u * 4 + 2], wa[u * 4 + 3]))
+            m1 = T.max(m4 & U(0xFFFF), m4 >> U(16))
+            m2 = T.max(m1, T.shfl_xor(m1, 2))
+            am[u] = T.max(m2, T.shfl_xor(m2, 1)) << U(16)   # fp32 bits of the group's amax
+        for u in T.unroll(unroll):
+            col = (by * unroll + u) * span + (tx % 32) * nv
+            # in int32 (every value < 2^31), whose negative literals the simplifier may form
+            fb = T.max(T.reinterpret(am[u], "int32"), FP4_FLOOR_BITS)
+            e = T.if_then_else(fb >= 0x7F800000, 255, ((fb + 0x3FFFFF) >> 23) - 2)
+            k2 = T.reinterpret((255 - e) * 0x00800080, "uint32")          # 2^-e x 2, both halves
+            k1 = T.reinterpret((254 - e) * 0x00800080, "uint32")
+            kh = T.reinterpret(T.if_then_else(e >= 253, 0x00400040, (253 - e) * 0x00800080), "uint32")   # subnormal at 253
+            for h in T.unroll(2):        # values 4h .. 4h + 3 -> 16 bits of codes
+                for r in T.unroll(2):
+                    a2 = wa[u * 4 + 2 * h + r]
+                    m = B2["tk_bmin2"](B2["tk_bmin2"](B2["tk_bfma2"](a2, k2, U(0x43004300)),
+                                                      B2["tk_bfma2"](a2, k1, U(0x43024302))),
+                                       B2["tk_bfma2"](a2, kh, U(0x43044304)))
+                    bt[r] = m - U(0x43004300) + ((word(g, u * nv + 4 * h + 2 * r) >> U(12)) & U(0x00080008))
+                z = bt[0] + (bt[1] << U(8))                  # codes at bits 0, 16, 8, 24
+                bt[2 + h] = z | (z >> U(12))
+            pk = _prmt(T, bt[2], bt[3], 0x5410)
+            if row < M and col < K:
+                if cs:
+                    T.call_extern("handle", "tk_st4_cs", T.address_of(q[row, col // 2]), pk)
+                else:
+                    T.stg32(q[row, col // 2], pk)
+                if tx % 4 == 0:
+                    s[row, col // 32] = T.cast(e, "uint8")
+
+    @T.macro
+    def run(g, row, by, tx, q, s, am, bt, wa):
+        if packed:
+            proc_packed(g, row, by, tx, q, s, am, bt, wa)
+        else:
+            proc(g, row, by, tx, q, s, am, bt)
+
     @T.prim_func
     def fp4_quant(x: T.Tensor((M, K), dtype), q: T.Tensor((M, K // 2), "uint8"),
                   s: T.Tensor((M, K // 32), "uint8")):
-        with T.Kernel(T.ceildiv(M, warps * nt), T.ceildiv(K, span * unroll), threads=threads, prelude=PRELUDE_CS) as (bx, by):
+        with T.Kernel(T.ceildiv(M, warps * nt), T.ceildiv(K, span * unroll), threads=threads,
+                      prelude=PRELUDE_CS + BF16X2 if packed else PRELUDE_CS) as (bx, by):
             T.assume(K % 32 == 0)
             if minb:                       # __launch_bounds__(threads, minb)
                 T.annotate_min_blocks_per_sm(minb)
             tx = T.get_thread_binding()
             gA = T.alloc_local((unroll * nv,), dtype)
             gB = T.alloc_local((unroll * nv,), dtype)
-            am = T.alloc_local((unroll,), "float32")
+            am = T.alloc_local((unroll,), "uint32" if packed else "float32")
             bt = T.alloc_local((4,), "uint32")
+            wa = T.alloc_local((unroll * 4,), "uint32") if packed else None
             w = tx // 32
             load(x, gA, (bx * nt) * warps + w, by, tx)
             if nt == 1:
-                proc(gA, bx * warps + w, by, tx, q, s, am, bt)
+                run(gA, bx * warps + w, by, tx, q, s, am, bt, wa)
             else:
                 for j in T.unroll(nt // 2):       # tile 2j from A, 2j + 1 from B; each next one's loads first
                     load(x, gB, (bx * nt + 2 * j + 1) * warps + w, by, tx)
-                    proc(gA, (bx * nt + 2 * j) * warps + w, by, tx, q, s, am, bt)
+                    run(gA, (bx * nt + 2 * j) * warps + w, by, tx, q, s, am, bt, wa)
                     if 2 * j + 2 < nt:
                         load(x, gA, (bx * nt + 2 * j + 2) * warps + w, by, tx)
-                    proc(gB, (bx * nt + 2 * j + 1) * warps + w, by, tx, q, s, am, bt)
+                    run(gB, (bx * nt + 2 * j + 1) * warps + w, by, tx, q, s, am, bt, wa)
 
     return fp4_quant
 
@@ -963,8 +1063,9 @@ SPECS = (
         tensors=(_x(("M", "N")), Tensor("q", ("N // 2", "M"), dtype=FP8, role="output"),
                  Tensor("s", ("(M + 127) // 128", "N // 2"), dtype="float32", role="output")),
         scalars=(_UE8M0,), factory=channel_quant_kernel,
-        # round 3: 64 channels x two slabs a 256-thread CTA, next slab prefetched, evict-first, 2 CTAs/SM
-        variants=tuple(Variant(dict(dtype=d, silu=1, transpose=1, cw=64, ns=2, cs=1, minb=2), rule="N % 16 == 0")
+        # round 3: 64 channels x two slabs a 256-thread CTA, next slab prefetched, evict-first, 2 CTAs/SM;
+        # silu on the ftz MUFU forms: +1-3% (docs/sweeps/silu_ftz.py)
+        variants=tuple(Variant(dict(dtype=d, silu=1, transpose=1, cw=64, ns=2, cs=1, minb=2, fsilu=1), rule="N % 16 == 0")
                        for d in DTYPES),
         reference=_REF + "silu_and_mul_per_channel_quant_fp8_transpose"),
     OpSpec(
@@ -975,7 +1076,8 @@ SPECS = (
                  Tensor("q", ("M", "N"), dtype=FP8, role="output"),
                  Tensor("s", ("M", "N // 128"), dtype="float32", role="output")),
         scalars=(_UE8M0,), factory=silu_backward_quant_kernel,
-        variants=tuple(Variant(dict(dtype=d), rule="N % 256 == 0") for d in DTYPES),
+        # sigmoid on the ftz MUFU forms: +1-2% (docs/sweeps/silu_ftz.py)
+        variants=tuple(Variant(dict(dtype=d, fsilu=1), rule="N % 256 == 0") for d in DTYPES),
         reference=_REF + "silu_and_mul_backward_quant_fp8"),
     OpSpec(
         name="tkreg.per_token_group_quant_fp4",
@@ -984,12 +1086,15 @@ SPECS = (
         tensors=(_x(("M", "K")), Tensor("q", ("M", "K // 2"), dtype="uint8", role="output"),
                  Tensor("s", ("M", "K // 32"), dtype="uint8", role="output")),
         factory=fp4_quant_kernel,
-        # two row tiles a CTA (next prefetched) + evict-first from M >= 4096 (H200, K = 7168: 85 / 88% of
-        # copy at 4096 / 16384 rows against 81 / 82%); at 1024 rows it halves too few CTAs (78% against
-        # 82%).  2048 was not measured: the threshold is the smallest measured win.
-        variants=tuple(v for d in DTYPES for v in (
-            Variant(dict(dtype=d, nt=2, cs=1), rule="K % 32 == 0 and M >= 4096", priority=1),
-            Variant(dict(dtype=d), rule="K % 32 == 0"))),
+        # fp16: two row tiles a CTA (next prefetched) + evict-first from M >= 4096 (H200, K = 7168: 85 /
+        # 88% of copy at 4096 / 16384 rows against 81 / 82%; at 1024 rows it halves too few CTAs).
+        # bf16: the lines on packed bf16x2 (docs/sweeps/fp4_packed.py, time of a same-size copy / time:
+        # 16384 x 7168 0.86 -> 0.96, 2048 x 7168 0.81 -> 0.95, 1024 x 7168 0.82 -> 0.93), two tiles a
+        # CTA from 2048 rows, evict-first stores throughout.
+        variants=(Variant(dict(dtype="bfloat16", packed=1, nt=2, cs=1), rule="K % 32 == 0 and M >= 2048", priority=1),
+                  Variant(dict(dtype="bfloat16", packed=1, cs=1), rule="K % 32 == 0"),
+                  Variant(dict(dtype="float16", nt=2, cs=1), rule="K % 32 == 0 and M >= 4096", priority=1),
+                  Variant(dict(dtype="float16"), rule="K % 32 == 0")),
         reference=_REF + "per_token_group_quant_fp4"),
     OpSpec(
         name="tkreg.per_token_group_dequant_fp4",

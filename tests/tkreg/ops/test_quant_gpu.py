@@ -141,6 +141,24 @@ def test_fp4_is_bit_exact(m, k, dt, seed):
     assert_bits(ops.per_token_group_dequant_fp4(gq, gs), ref.per_token_group_dequant_fp4(rq, rs), "dequant")
 
 
+@pytest.mark.parametrize("m", (37, 4097))
+def test_fp4_extreme_magnitudes_are_bit_exact(m, seed):
+    """bf16 groups across the whole exponent range (scales 2^-126 .. 2^126, the largest finite
+    values, subnormals), e2m1 midpoints and ties, signed zeros: the packed-bf16x2 kernel's scale
+    rule and its 2^-127 line factor at the top scale."""
+    x = torch.randn(m, 7168 // 32, 32, device="cuda") * 3
+    x = x * torch.pow(2.0, torch.randint(-150, 123, (m, 7168 // 32, 1), device="cuda").float())
+    x = x.view(m, 7168)
+    x[0, :32] = torch.tensor([3.3895e38, -3.3895e38, 2.5e38, -1e38] + [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0] * 4)[:32]
+    x[1, :32] = torch.tensor([0.25, -0.75, 1.25, -1.75, 2.5, -3.5, 5.0, -6.0] * 4) * 2.0 ** 120
+    x[2, :32] = torch.tensor([0.0, -0.0] * 16)
+    x = x.to(BF16)
+    gq, gs = ops.per_token_group_quant_fp4(x)
+    rq, rs = ref.per_token_group_quant_fp4(x)
+    assert_bits(gq, rq, f"m={m} q")
+    assert_bits(gs, rs, f"m={m} s")
+
+
 @pytest.mark.parametrize("ue8m0", [False, True], ids=["fp32", "ue8m0"])
 @pytest.mark.parametrize("dt", [BF16, FP16])
 @pytest.mark.parametrize("k", (8, 2056, 7168, 16384))

@@ -639,7 +639,8 @@ def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4, nt: int = 
     (docs/quant-tuning.md, round 2); round 3, nt = 2 + cs: 82% -> 88% at 16384 rows, 81% -> 85% at
     4096, but 82% -> 78% at 1024 (half the CTAs).  The defaults are round 2's kernel byte for byte.
     packed (bf16 only): the same lines on bf16x2 pairs as loaded (440 instead of 720 SASS
-    instructions for a lane's 32 values; 0.86 -> 0.96 of a same-size copy at 16384 x 7168): amax by max.bf16x2 over |x| (sign bit cleared), then over the halves as integers (bit
+    instructions for a lane's 32 values; 0.86 -> 0.96 of a same-size copy at 16384 x 7168):
+    amax by max.bf16x2 over |x| (sign bit cleared), then over the halves as integers (bit
     patterns of non-negative floats order as their values); the scale exponent from the amax bits
     without a division (fl(a / 6) is a power of two only when a / 6 is, so ceil(log2(a / 6)) =
     E - 2, plus 1 when a's mantissa exceeds 1.5: ((bits + 0x3FFFFF) >> 23) - 2, equal to the fp32

@@ -36,9 +36,11 @@ Measured on the H200 (docs/quant-tuning.md; % of a same-size copy, 16384 rows): 
 88%, dequant 88%, E5M6 91% (K = 7168), channel dequant 91% (per-channel, its _transpose, + SwiGLU,
 FP4 quant and the transpose: round 3's sweep pack).
 
-Grids put row blocks on x (any M up to the int32 element limit) and column blocks on y; fp8.py
-measured column-blocks-first 4-8% faster, which would need its rows-first fallback beside each
-kernel (a cubin each), so that is left for a measured sweep.
+Grid order (_raster; docs/sweeps/raster.py on the H200): the row-streaming kernels (the dequants,
+SwiGLU backward) run one flat grid with column blocks fastest, so the CTAs resident at once
+stream whole rows: +3-9% of a same-size copy.  The tile kernels (per-channel, transposes) keep
+row blocks on x: the flat order was no faster for them with occupancy held, and slower for the
+transposing writes (per-channel transpose 0.85 -> 0.72-0.79).
 
 Sizes served: see each spec's rule; token dims are run-time everywhere, M = 0 launches nothing.
 """
@@ -64,6 +66,38 @@ def _scale(T, amax, floor, qmax, ue8m0):
     return (T.if_then_else(ue8m0, T.reinterpret(e << T.uint32(23), "float32"), sf),
             T.if_then_else(ue8m0, T.reinterpret((T.uint32(254) - e) << T.uint32(23), "float32"),
                            T.ieee_fdiv(T.float32(qmax), a)))
+
+
+def _raster(T, raster, nrb, ncb):
+    """Grid dims for nrb row blocks x ncb column blocks, and how a CTA reads its (row block, column
+    block) back from T.Kernel's block indices.
+
+    "rows": row blocks on grid x (neighbouring CTAs go down the rows), column blocks on y.
+    "cols": one flat index, column blocks fastest, so concurrently resident CTAs cover whole rows.
+    "g<G>": groups of G column blocks, row blocks down each group (GEMM-style rasterization; a
+    transpose's reads and writes both stay in a few DRAM pages).  The flat kinds decode the index
+    once into an int32 register pair: inlined into every address, TVM's division would run at
+    64 bits (kernels_src/fp8.py measured that 30% slower).
+    """
+    def unpack(blk):               # T.Kernel's indices -> (row block, column block, the rest...)
+        blk = tuple(blk) if isinstance(blk, (tuple, list)) else (blk,)
+        if raster == "rows":
+            return blk
+        b = blk[0]
+        bi = T.alloc_local((2,), "int32")
+        if raster == "cols":
+            rc = (b // ncb, b % ncb)
+        else:
+            G = int(raster[1:])
+            grp = b // (G * nrb)
+            gw = T.min(G, ncb - grp * G)              # the last group may be narrower
+            r = b - grp * (G * nrb)
+            rc = (r // gw, grp * G + r % gw)
+        for i in range(2):                            # (a plain function: no T.macro assignment sugar)
+            T.buffer_store(bi, rc[i], [i])
+        return (bi[0], bi[1]) + blk[1:]
+
+    return ((nrb, ncb) if raster == "rows" else (nrb * ncb,)), unpack
 
 
 def _silu(T, g, u, fsilu=0):
@@ -212,7 +246,7 @@ def _t4x4(T, src, i0, step):
 TRANSPOSE = {1: ("uint8", 8, 16), 2: ("float16", 8, 8), 4: ("int32", 4, 4)}
 
 
-def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unaligned: int = 0):
+def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unaligned: int = 0, raster: str = "rows"):
     """x[B, M, N] -> out[B, N, M]; a thread moves an R-row x 16-byte block (R x C elements).
 
     The R x 16-byte block lives in 32-bit words and moves by PRMT (one byte-permute instruction
@@ -231,11 +265,13 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unali
     ow = rows * nbytes // 4                      # words per output column (2 or 4)
     warps = threads // 32
     tm, tn = 16 * rows, warps * 2 * cols          # CTA tile: 16 lane pairs down, warps across
+    grid, unpack = _raster(T, raster, T.ceildiv(M, tm), T.ceildiv(N, tn))
 
     @T.prim_func
     def batched_transpose(x: T.Tensor((B, M, N), dtype), out: T.Tensor((B, N, M), dtype)):
-        with T.Kernel(T.ceildiv(M, tm), T.ceildiv(N, tn), B, threads=threads,
-                      prelude=PRELUDE + UNALIGNED if unaligned else PRELUDE) as (bm, bn, bb):
+        with T.Kernel(*grid, B, threads=threads,
+                      prelude=PRELUDE + UNALIGNED if unaligned else PRELUDE) as blk:
+            bm, bn, bb = unpack(blk)
             tx = T.get_thread_binding()
             m0 = bm * tm + (tx % 32) // 2 * rows
             n0 = bn * tn + (tx // 32) * (2 * cols) + (tx % 2) * cols
@@ -318,7 +354,7 @@ def _channel_load(T, dtype, nv, rpt):
 
 
 def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int = 4, cw: int = 128, ns: int = 1,
-                         cs: int = 0, minb: int = 0, fsilu: int = 0):
+                         cs: int = 0, minb: int = 0, fsilu: int = 0, raster: str = "rows", tma: int = 0, cps: int = 1):
     """x[M, K] (or [M, 2K] with silu: silu(x[:, :K]) * x[:, K:]) -> q[M, K] (transpose: q^T[K, M])
     e4m3, s[ceil(M / 128), K] fp32.
 
@@ -347,12 +383,24 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
     assert not transpose or rpt == 4 or rpt == 8
     SL = T.ceildiv(M, 128)
     load = _channel_load(T, dtype, nv, rpt)
+    grid, unpack = _raster(T, raster, T.ceildiv(M, 128 * ns), T.ceildiv(K, cw))
 
     def yv(g, h, i, yb):
         if fsilu:                          # computed once below (nvcc does not merge the two asm uses)
             return yb[i]
         gv = T.cast(g[i], "float32")
         return _silu(T, gv, T.cast(h[i], "float32")) if silu else gv
+
+    @T.macro
+    def fetch(x, xs, hs, full, tile, st):
+        """TMA the tile's 128 tokens x cw channels (and the up half) into ring slot st (zeros out of
+        bounds; the gate half's last block may read up-half columns: their channels are >= K,
+        never stored)."""
+        r0, c0 = tile % SL * 128, tile // SL * cw
+        T.tma_copy(x[r0:r0 + 128, c0:c0 + cw], xs[st, :, :], barrier=full[st])
+        if silu:
+            T.tma_copy(x[r0:r0 + 128, K + c0:K + c0 + cw], hs[st, :, :], barrier=full[st])
+        T.barrier_arrive(full[st])
 
     @T.macro
     def proc(g, h, sl, bk, tx, cc, rg, k0, r0, q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb):
@@ -427,8 +475,9 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
     @T.prim_func
     def channel_quant(x: T.Tensor(x_shape, dtype), q: T.Tensor(q_shape, FP8),
                       s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool):
-        with T.Kernel(T.ceildiv(M, 128 * ns), T.ceildiv(K, cw), threads=threads,
-                      prelude=PRELUDE_CS + SILU if fsilu else PRELUDE_CS) as (bm, bk):
+        with T.Kernel(*grid, threads=threads,
+                      prelude=PRELUDE_CS + SILU if fsilu else PRELUDE_CS) as blk:
+            bm, bk = unpack(blk)
             T.assume(N % (16 if silu else 8) == 0)
             if minb:                       # __launch_bounds__(threads, minb): a statement of the body
                 T.annotate_min_blocks_per_sm(minb)
@@ -462,10 +511,65 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
                     proc(gB, hB, bm * ns + 2 * j + 1, bk, tx, cc, rg, k0, (bm * ns + 2 * j + 1) * 128 + rg * rpt,
                          q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb)
 
-    return channel_quant
+    if not tma:
+        return channel_quant
+    SMS = T.dynamic("SM_COUNT")
+    assert threads >= 128 and ns == 1
+
+    @T.prim_func
+    def channel_quant_tma(x: T.Tensor(x_shape, dtype), q: T.Tensor(q_shape, FP8),
+                          s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool, SM_COUNT: SMS):
+        ntiles = SL * T.ceildiv(K, cw)
+        grid = T.max(T.min(ntiles, cps * SMS), 1)
+        with T.Kernel(grid, threads=threads, prelude=PRELUDE_CS + SILU if fsilu else PRELUDE_CS) as bx:
+            T.assume(N % (16 if silu else 8) == 0)
+            if minb:
+                T.annotate_min_blocks_per_sm(minb)
+            tx = T.get_thread_binding()
+            cc, rg = tx % ncc, tx // ncc
+            xs = T.alloc_shared((tma, 128, cw), dtype)
+            hs = T.alloc_shared((tma, 128, cw), dtype) if silu else None
+            full = T.alloc_barrier([128] * tma)
+            gA = T.alloc_local((rpt * nv,), dtype)
+            hA = T.alloc_local((rpt * nv,), dtype)
+            am = T.alloc_local((nv,), "float32")
+            inv = T.alloc_local((nv,), "float32")
+            ql = T.alloc_local((rpt * nv,), FP8)
+            a = T.alloc_local((1,), "float32")
+            t8 = T.alloc_local((rpt,), FP8)
+            o = T.alloc_local((16,), FP8)
+            yb = T.alloc_local((rpt * nv,), "float32") if fsilu else None
+            red = T.alloc_shared((warps, cw), "float32")
+            sc = T.alloc_shared((cw,), "float32")
+            qs = T.alloc_shared((cw, 128), FP8)
+            T.sync_threads()                             # the barriers' init, before any TMA
+            nt = T.ceildiv(ntiles - bx, grid)
+            if tx < 128:
+                for j in T.unroll(tma):
+                    if j < nt:
+                        fetch(x, xs, hs, full, bx + j * grid, j)
+            for t in T.serial(nt):
+                tile = bx + t * grid
+                sl, bk = tile % SL, tile // SL
+                st = t % tma
+                T.mbarrier_wait_parity(full[st], (t // tma) % 2)
+                for i in T.unroll(rpt):
+                    for v in T.vectorized(nv):
+                        gA[i * nv + v] = xs[st, rg * rpt + i, cc * nv + v]
+                    if silu:
+                        for v in T.vectorized(nv):
+                            hA[i * nv + v] = hs[st, rg * rpt + i, cc * nv + v]
+                T.sync_threads()                         # slot st read by all: refill it
+                if tx < 128:
+                    if t + tma < nt:
+                        fetch(x, xs, hs, full, bx + (t + tma) * grid, st)
+                proc(gA, hA, sl, bk, tx, cc, rg, bk * cw + cc * nv, sl * 128 + rg * rpt, q, s, ue8m0, am, inv,
+                     ql, red, sc, qs, t8, o, a, yb)
+
+    return channel_quant_tma
 
 
-def channel_quant_t_kernel(dtype: str):
+def channel_quant_t_kernel(dtype: str, raster: str = "rows", minb: int = 0):
     """x[M, K] -> q^T[K, M] e4m3, s[ceil(M / 128), K] (per_channel_quant_fp8_transpose).
 
     Warp-local, no shared memory and no barrier: a warp owns 128 tokens x 8 * 32 / lr channels,
@@ -482,12 +586,16 @@ def channel_quant_t_kernel(dtype: str):
     cw = warps * lc * nv                 # channels per CTA
     nw = rpt // 4                        # q^T words per channel a lane (2: one 8-byte store)
     load = _channel_load(T, dtype, nv, rpt)
+    grid, unpack = _raster(T, raster, T.ceildiv(M, 128), T.ceildiv(K, cw))
 
     @T.prim_func
     def channel_quant_t(x: T.Tensor(x_shape, dtype), q: T.Tensor((K, M), FP8),
                         s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool):
-        with T.Kernel(T.ceildiv(M, 128), T.ceildiv(K, cw), threads=warps * 32, prelude=PRELUDE) as (bm, bk):
+        with T.Kernel(*grid, threads=warps * 32, prelude=PRELUDE) as blk:
+            bm, bk = unpack(blk)
             T.assume(N % 8 == 0)
+            if minb:
+                T.annotate_min_blocks_per_sm(minb)
             tx = T.get_thread_binding()
             lane = tx % 32
             rg = lane % lr
@@ -544,7 +652,8 @@ def channel_quant_t_kernel(dtype: str):
 
 
 # ---- SwiGLU backward + per-token-group FP8 -----------------------------------------------------
-def silu_backward_quant_kernel(dtype: str, threads: int = 128, rows: int = 2, fsilu: int = 0):
+def silu_backward_quant_kernel(dtype: str, threads: int = 128, rows: int = 2, fsilu: int = 0, raster: str = "rows",
+                               minb: int = 0):
     """(dy[M, I], x[M, 2I]) -> dx[M, 2I] in fp32 -> q[M, 2I] e4m3, s[M, 2I // 128] (I % 128 == 0).
 
     A warp per row, `rows` rows a warp (warps apart) with every load issued before the first use;
@@ -558,13 +667,16 @@ def silu_backward_quant_kernel(dtype: str, threads: int = 128, rows: int = 2, fs
     I = N // 2  # noqa: E741
     IG = I // 128
     warps, nv = threads // 32, 8
+    grid, unpack = _raster(T, raster, T.ceildiv(M, warps * rows), T.ceildiv(IG, 2))
 
     @T.prim_func
     def silu_backward_quant(x: T.Tensor((M, N), dtype), dy: T.Tensor((M, I), dtype),
                             q: T.Tensor((M, N), FP8), s: T.Tensor((M, N // 128), "float32"), ue8m0: T.bool):
-        with T.Kernel(T.ceildiv(M, warps * rows), T.ceildiv(IG, 2), threads=threads,
-                      **(dict(prelude=SILU) if fsilu else {})) as (bx, by):
+        with T.Kernel(*grid, threads=threads, **(dict(prelude=SILU) if fsilu else {})) as blk:
+            bx, by = unpack(blk)
             T.assume(N % 256 == 0)
+            if minb:
+                T.annotate_min_blocks_per_sm(minb)
             tx = T.get_thread_binding()
             kg = by * 2 + (tx % 32) // 16
             col = kg * 128 + (tx % 16) * nv
@@ -779,7 +891,7 @@ def fp4_quant_kernel(dtype: str, threads: int = 128, unroll: int = 4, nt: int = 
     return fp4_quant
 
 
-def fp4_dequant_kernel(threads: int = 256, unroll: int = 8, cs: int = 0):
+def fp4_dequant_kernel(threads: int = 256, unroll: int = 8, cs: int = 0, raster: str = "rows"):
     """q[M, K // 2] uint8, s[M, K // 32] uint8 -> out[M, K] bf16 (8 values a lane, 16-byte stores).
 
     8 codes -> 4 bf16x2 words by PRMT: the two bytes of each e2m1 magnitude in bf16 are 8-entry
@@ -796,12 +908,13 @@ def fp4_dequant_kernel(threads: int = 256, unroll: int = 8, cs: int = 0):
     warps, nv = threads // 32, 8
     span = 32 * nv
     U = T.uint32
+    grid, unpack = _raster(T, raster, T.ceildiv(M, warps), T.ceildiv(K, span * unroll))
 
     @T.prim_func
     def fp4_dequant(q: T.Tensor((M, H), "uint8"), s: T.Tensor((M, H // 16), "uint8"),
                     out: T.Tensor((M, K), "bfloat16")):
-        with T.Kernel(T.ceildiv(M, warps), T.ceildiv(K, span * unroll), threads=threads,
-                      prelude=PRELUDE_CS if cs else PRELUDE) as (bx, by):
+        with T.Kernel(*grid, threads=threads, prelude=PRELUDE_CS if cs else PRELUDE) as blk:
+            bx, by = unpack(blk)
             T.assume(H % 16 == 0)
             tx = T.get_thread_binding()
             row = bx * warps + tx // 32
@@ -919,7 +1032,7 @@ def e5m6_quant_kernel(dtype: str, threads: int = 256, vecs: int = 8):
     return e5m6_quant
 
 
-def e5m6_dequant_kernel(threads: int = 256, unroll: int = 2):
+def e5m6_dequant_kernel(threads: int = 256, unroll: int = 2, raster: str = "rows"):
     """p[M, 3K/2] uint8, s[M] fp32 -> out[M, K] bf16 (8 values = 12 bytes a lane)."""
     import tilelang.language as T
 
@@ -928,11 +1041,13 @@ def e5m6_dequant_kernel(threads: int = 256, unroll: int = 2):
     warps, nv = threads // 32, 8
     span = 32 * nv
     U = T.uint32
+    grid, unpack = _raster(T, raster, T.ceildiv(M, warps), T.ceildiv(K, span * unroll))
 
     @T.prim_func
     def e5m6_dequant(p: T.Tensor((M, P), "uint8"), s: T.Tensor((M,), "float32"),
                      out: T.Tensor((M, K), "bfloat16")):
-        with T.Kernel(T.ceildiv(M, warps), T.ceildiv(K, span * unroll), threads=threads) as (bx, by):
+        with T.Kernel(*grid, threads=threads) as blk:
+            bx, by = unpack(blk)
             T.assume(P % 12 == 0)
             tx = T.get_thread_binding()
             row = bx * warps + tx // 32
@@ -967,7 +1082,7 @@ def e5m6_dequant_kernel(threads: int = 256, unroll: int = 2):
 
 
 # ---- FP8 cast back in the new layouts ----------------------------------------------------------
-def fp8_dequant_kernel(layout: str, threads: int = 256, unroll: int = 2, cs: int = 0):
+def fp8_dequant_kernel(layout: str, threads: int = 256, unroll: int = 2, cs: int = 0, raster: str = "rows"):
     """layout "group": q[R, C], s[R, ceil(C / 128)] with any strides (ss0, ss1);
     "channel": q[M, K], s[ceil(M / 128), K] (scale per column per 128-row group).
     cs: evict-first stores (st.global.cs)."""
@@ -981,11 +1096,12 @@ def fp8_dequant_kernel(layout: str, threads: int = 256, unroll: int = 2, cs: int
         S = T.StridedTensor((R, (C + 127) // 128), (ss0, ss1), "float32")
     else:
         S = T.Tensor(((R + 127) // 128, C), "float32")
+    grid, unpack = _raster(T, raster, T.ceildiv(R, warps), T.ceildiv(C, span * unroll))
 
     @T.prim_func
     def fp8_dequant(q: T.Tensor((R, C), FP8), s: S, out: T.Tensor((R, C), "bfloat16")):
-        with T.Kernel(T.ceildiv(R, warps), T.ceildiv(C, span * unroll), threads=threads,
-                      **(dict(prelude=STORE_CS) if cs else {})) as (bx, by):
+        with T.Kernel(*grid, threads=threads, **(dict(prelude=STORE_CS) if cs else {})) as blk:
+            bx, by = unpack(blk)
             T.assume(C % 8 == 0)
             tx = T.get_thread_binding()
             row = bx * warps + tx // 32
@@ -1077,8 +1193,9 @@ SPECS = (
                  Tensor("q", ("M", "N"), dtype=FP8, role="output"),
                  Tensor("s", ("M", "N // 128"), dtype="float32", role="output")),
         scalars=(_UE8M0,), factory=silu_backward_quant_kernel,
-        # sigmoid on the ftz MUFU forms: +1-2% (docs/sweeps/silu_ftz.py)
-        variants=tuple(Variant(dict(dtype=d, fsilu=1), rule="N % 256 == 0") for d in DTYPES),
+        # sigmoid on the ftz MUFU forms: +1-2% (docs/sweeps/silu_ftz.py); column blocks first, held to
+        # 64 registers (8 CTAs/SM) as before: +0-6% (docs/sweeps/raster.py)
+        variants=tuple(Variant(dict(dtype=d, fsilu=1, raster="cols", minb=8), rule="N % 256 == 0") for d in DTYPES),
         reference=_REF + "silu_and_mul_backward_quant_fp8"),
     OpSpec(
         name="tkreg.per_token_group_quant_fp4",
@@ -1103,8 +1220,9 @@ SPECS = (
         tensors=(Tensor("q", ("M", "H"), dtypes=("uint8",)),
                  Tensor("s", ("M", "H // 16"), dtype="uint8"),
                  Tensor("out", ("M", "2 * H"), dtype="bfloat16", role="output")),
-        # evict-first stores: +0.7-1.5 points of a same-size copy (docs/sweeps/dequant_cs.py)
-        factory=fp4_dequant_kernel, variants=(Variant(dict(cs=1), rule="H % 16 == 0"),),
+        # evict-first stores: +0.7-1.5 points of a same-size copy (docs/sweeps/dequant_cs.py); column
+        # blocks first: +0-4% (docs/sweeps/raster.py)
+        factory=fp4_dequant_kernel, variants=(Variant(dict(cs=1, raster="cols"), rule="H % 16 == 0"),),
         reference=_REF + "per_token_group_dequant_fp4"),
     OpSpec(
         name="tkreg.quant_e5m6",
@@ -1122,7 +1240,8 @@ SPECS = (
         doc="p[M, P = 3K/2] uint8 E5M6, s[M] fp32 -> bf16 [M, K] (K % 8 == 0, i.e. P % 12 == 0)",
         tensors=(Tensor("p", ("M", "P"), dtypes=("uint8",)), Tensor("s", ("M",), dtype="float32"),
                  Tensor("out", ("M", "P // 3 * 2"), dtype="bfloat16", role="output")),
-        factory=e5m6_dequant_kernel, variants=(Variant({}, rule="P % 12 == 0"),),
+        # column blocks first: +4-6% (docs/sweeps/raster.py)
+        factory=e5m6_dequant_kernel, variants=(Variant(dict(raster="cols"), rule="P % 12 == 0"),),
         reference=_REF + "dequant_e5m6"),
     OpSpec(
         name="tkreg.group_dequant_fp8",
@@ -1131,7 +1250,8 @@ SPECS = (
         tensors=(Tensor("q", ("R", "C"), dtypes=(FP8,)),
                  Tensor("s", ("R", "(C + 127) // 128"), dtype="float32", strides=("ss0", "ss1")),
                  Tensor("out", ("R", "C"), dtype="bfloat16", role="output")),
-        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="group"), rule="C % 8 == 0"),),
+        # column blocks first: +5-9% (docs/sweeps/raster.py)
+        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="group", raster="cols"), rule="C % 8 == 0"),),
         reference=_REF + "group_dequant_fp8"),
     OpSpec(
         name="tkreg.per_channel_dequant_fp8",
@@ -1139,8 +1259,10 @@ SPECS = (
         tensors=(Tensor("q", ("R", "C"), dtypes=(FP8,)),
                  Tensor("s", ("(R + 127) // 128", "C"), dtype="float32"),
                  Tensor("out", ("R", "C"), dtype="bfloat16", role="output")),
-        # 4 vectors a lane in flight: +0.8-1.2 points of a same-size copy (docs/sweeps/dequant_cs.py)
-        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="channel", unroll=4), rule="C % 8 == 0"),),
+        # 4 vectors a lane in flight: +0.8-1.2 points of a same-size copy (docs/sweeps/dequant_cs.py);
+        # column blocks first: +3-5% (docs/sweeps/raster.py)
+        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="channel", unroll=4, raster="cols"),
+                                                      rule="C % 8 == 0"),),
         reference=_REF + "per_channel_dequant_fp8"),
 )
 

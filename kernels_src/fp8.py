@@ -27,8 +27,9 @@ with SwiGLU) before any math.  Block quant: one 256-thread CTA per 128x128 block
 bytes) per thread, warp shuffles plus an 8-float shared-memory step for the block amax.  Dequant:
 8 fp8 (one 64-bit load) per lane and one 128-bit bf16 store, so a warp writes 512 contiguous
 bytes (16-fp8 lanes with two stores 32 bytes apart measured 69% of copy, this 91%).  Group
-kernels and dequants use a 1-D grid, column blocks fastest, so neighbouring CTAs stream
-neighbouring memory (+4-8% over rows-first on the H200).  Outputs: 8-byte fp8 stores.
+kernels and dequants put column blocks on grid x, so neighbouring CTAs stream neighbouring memory
+(+4-8% over rows-first on the H200), with a rows-first fallback past MAX_Y row blocks
+(kernels_src/_grid.py).  Outputs: 8-byte fp8 stores.
 
 Sizes served (symbolic, one variant per input dtype):
   per_token_group_quant_fp8[_colmajor], per_token_group_dequant: K % 128 == 0 (any M);
@@ -36,6 +37,7 @@ Sizes served (symbolic, one variant per input dtype):
   per_block_quant_fp8, per_block_dequant: any N, K % 16 == 0 (partial edge blocks are fine).
 Other sizes raise NoKernelError (TKREG_FALLBACK=reference runs the torch reference instead).
 """
+from kernels_src._grid import MAX_Y, raster
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 
 FP8 = "float8_e4m3fn"
@@ -59,22 +61,6 @@ def _macros(T):
             inv[u] = T.ieee_fdiv(T.float32(FP8_MAX), a)
 
     return scale_of
-
-
-def _grid(order, row_blocks, col_blocks):
-    """Grid dims for T.Kernel, and how to read (row block, column block) back from its indices.
-
-    "cols": column blocks on grid x, so neighbouring CTAs stream neighbouring memory (+4-8% on the
-    H200), row blocks on y (at most 65535: the variant's rule caps M); "rows": row blocks on x
-    (any M; the fallback variant).  A flattened 1-D grid would serve both, but TVM inlines its
-    64-bit div/mod into every index and that measured 30% slower.
-    """
-    if order == "cols":
-        return (col_blocks, row_blocks), lambda b0, b1: (b1, b0)
-    return (row_blocks, col_blocks), lambda b0, b1: (b0, b1)
-
-
-MAX_Y = 65535  # CUDA's grid y limit
 
 
 def group_quant_kernel(dtype: str, layout: str = "row", silu: int = 0, threads: int = 128,
@@ -103,9 +89,9 @@ def group_quant_kernel(dtype: str, layout: str = "row", silu: int = 0, threads: 
     @T.prim_func
     def group_quant(x: T.Tensor(x_shape, dtype), q: T.Tensor((M, K), FP8),
                     s: T.Tensor(s_shape, "float32"), ue8m0: T.bool):
-        dims, rc = _grid(grid, T.ceildiv(M, warps), T.ceildiv(KG, 2 * unroll))
-        with T.Kernel(*dims, threads=threads) as (b0, b1):
-            bx, by = rc(b0, b1)
+        dims, unpack = raster(T, grid, T.ceildiv(M, warps), T.ceildiv(KG, 2 * unroll))
+        with T.Kernel(*dims, threads=threads) as blk:
+            bx, by = unpack(blk)
             T.assume(N % (2 * GROUP if silu else GROUP) == 0)
             T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
@@ -234,9 +220,9 @@ def dequant_kernel(block_rows: int, threads: int = 256, unroll: int = 2, nv: int
     @T.prim_func
     def dequant(q: T.Tensor((R, K), FP8), s: T.Tensor(s_shape, "float32"),
                 out: T.Tensor((R, K), "bfloat16")):
-        dims, rc = _grid(grid, T.ceildiv(R, warps), T.ceildiv(K, span * unroll))
-        with T.Kernel(*dims, threads=threads) as (b0, b1):
-            bx, by = rc(b0, b1)
+        dims, unpack = raster(T, grid, T.ceildiv(R, warps), T.ceildiv(K, span * unroll))
+        with T.Kernel(*dims, threads=threads) as blk:
+            bx, by = unpack(blk)
             T.assume(K % (GROUP if block_rows == 1 else 16) == 0)
             tx = T.get_thread_binding()
             row = bx * warps + tx // 32

@@ -36,7 +36,7 @@ Measured on the H200 (docs/quant-tuning.md; % of a same-size copy, 16384 rows): 
 88%, dequant 88%, E5M6 91% (K = 7168), channel dequant 91% (per-channel, its _transpose, + SwiGLU,
 FP4 quant and the transpose: round 3's sweep pack).
 
-Grid order (_raster; docs/sweeps/raster.py on the H200): the row-streaming kernels (the dequants,
+Grid order (kernels_src/_grid.py; docs/sweeps/raster.py on the H200): the row-streaming kernels (the dequants,
 SwiGLU backward) run one flat grid with column blocks fastest, so the CTAs resident at once
 stream whole rows: +3-9% of a same-size copy.  The tile kernels (per-channel, transposes) keep
 row blocks on x: the flat order was no faster for them with occupancy held, and slower for the
@@ -44,6 +44,7 @@ transposing writes (per-channel transpose 0.85 -> 0.72-0.79).
 
 Sizes served: see each spec's rule; token dims are run-time everywhere, M = 0 launches nothing.
 """
+from kernels_src._grid import raster as _raster
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 
 FP8 = "float8_e4m3fn"
@@ -66,38 +67,6 @@ def _scale(T, amax, floor, qmax, ue8m0):
     return (T.if_then_else(ue8m0, T.reinterpret(e << T.uint32(23), "float32"), sf),
             T.if_then_else(ue8m0, T.reinterpret((T.uint32(254) - e) << T.uint32(23), "float32"),
                            T.ieee_fdiv(T.float32(qmax), a)))
-
-
-def _raster(T, raster, nrb, ncb):
-    """Grid dims for nrb row blocks x ncb column blocks, and how a CTA reads its (row block, column
-    block) back from T.Kernel's block indices.
-
-    "rows": row blocks on grid x (neighbouring CTAs go down the rows), column blocks on y.
-    "cols": one flat index, column blocks fastest, so concurrently resident CTAs cover whole rows.
-    "g<G>": groups of G column blocks, row blocks down each group (GEMM-style rasterization; a
-    transpose's reads and writes both stay in a few DRAM pages).  The flat kinds decode the index
-    once into an int32 register pair: inlined into every address, TVM's division would run at
-    64 bits (kernels_src/fp8.py measured that 30% slower).
-    """
-    def unpack(blk):               # T.Kernel's indices -> (row block, column block, the rest...)
-        blk = tuple(blk) if isinstance(blk, (tuple, list)) else (blk,)
-        if raster == "rows":
-            return blk
-        b = blk[0]
-        bi = T.alloc_local((2,), "int32")
-        if raster == "cols":
-            rc = (b // ncb, b % ncb)
-        else:
-            G = int(raster[1:])
-            grp = b // (G * nrb)
-            gw = T.min(G, ncb - grp * G)              # the last group may be narrower
-            r = b - grp * (G * nrb)
-            rc = (r // gw, grp * G + r % gw)
-        for i in range(2):                            # (a plain function: no T.macro assignment sugar)
-            T.buffer_store(bi, rc[i], [i])
-        return (bi[0], bi[1]) + blk[1:]
-
-    return ((nrb, ncb) if raster == "rows" else (nrb * ncb,)), unpack
 
 
 def _silu(T, g, u, fsilu=0):
@@ -354,7 +323,7 @@ def _channel_load(T, dtype, nv, rpt):
 
 
 def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int = 4, cw: int = 128, ns: int = 1,
-                         cs: int = 0, minb: int = 0, fsilu: int = 0, raster: str = "rows", tma: int = 0, cps: int = 1):
+                         cs: int = 0, minb: int = 0, fsilu: int = 0, raster: str = "rows"):
     """x[M, K] (or [M, 2K] with silu: silu(x[:, :K]) * x[:, K:]) -> q[M, K] (transpose: q^T[K, M])
     e4m3, s[ceil(M / 128), K] fp32.
 
@@ -390,17 +359,6 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
             return yb[i]
         gv = T.cast(g[i], "float32")
         return _silu(T, gv, T.cast(h[i], "float32")) if silu else gv
-
-    @T.macro
-    def fetch(x, xs, hs, full, tile, st):
-        """TMA the tile's 128 tokens x cw channels (and the up half) into ring slot st (zeros out of
-        bounds; the gate half's last block may read up-half columns: their channels are >= K,
-        never stored)."""
-        r0, c0 = tile % SL * 128, tile // SL * cw
-        T.tma_copy(x[r0:r0 + 128, c0:c0 + cw], xs[st, :, :], barrier=full[st])
-        if silu:
-            T.tma_copy(x[r0:r0 + 128, K + c0:K + c0 + cw], hs[st, :, :], barrier=full[st])
-        T.barrier_arrive(full[st])
 
     @T.macro
     def proc(g, h, sl, bk, tx, cc, rg, k0, r0, q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb):
@@ -511,62 +469,7 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
                     proc(gB, hB, bm * ns + 2 * j + 1, bk, tx, cc, rg, k0, (bm * ns + 2 * j + 1) * 128 + rg * rpt,
                          q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb)
 
-    if not tma:
-        return channel_quant
-    SMS = T.dynamic("SM_COUNT")
-    assert threads >= 128 and ns == 1
-
-    @T.prim_func
-    def channel_quant_tma(x: T.Tensor(x_shape, dtype), q: T.Tensor(q_shape, FP8),
-                          s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool, SM_COUNT: SMS):
-        ntiles = SL * T.ceildiv(K, cw)
-        grid = T.max(T.min(ntiles, cps * SMS), 1)
-        with T.Kernel(grid, threads=threads, prelude=PRELUDE_CS + SILU if fsilu else PRELUDE_CS) as bx:
-            T.assume(N % (16 if silu else 8) == 0)
-            if minb:
-                T.annotate_min_blocks_per_sm(minb)
-            tx = T.get_thread_binding()
-            cc, rg = tx % ncc, tx // ncc
-            xs = T.alloc_shared((tma, 128, cw), dtype)
-            hs = T.alloc_shared((tma, 128, cw), dtype) if silu else None
-            full = T.alloc_barrier([128] * tma)
-            gA = T.alloc_local((rpt * nv,), dtype)
-            hA = T.alloc_local((rpt * nv,), dtype)
-            am = T.alloc_local((nv,), "float32")
-            inv = T.alloc_local((nv,), "float32")
-            ql = T.alloc_local((rpt * nv,), FP8)
-            a = T.alloc_local((1,), "float32")
-            t8 = T.alloc_local((rpt,), FP8)
-            o = T.alloc_local((16,), FP8)
-            yb = T.alloc_local((rpt * nv,), "float32") if fsilu else None
-            red = T.alloc_shared((warps, cw), "float32")
-            sc = T.alloc_shared((cw,), "float32")
-            qs = T.alloc_shared((cw, 128), FP8)
-            T.sync_threads()                             # the barriers' init, before any TMA
-            nt = T.ceildiv(ntiles - bx, grid)
-            if tx < 128:
-                for j in T.unroll(tma):
-                    if j < nt:
-                        fetch(x, xs, hs, full, bx + j * grid, j)
-            for t in T.serial(nt):
-                tile = bx + t * grid
-                sl, bk = tile % SL, tile // SL
-                st = t % tma
-                T.mbarrier_wait_parity(full[st], (t // tma) % 2)
-                for i in T.unroll(rpt):
-                    for v in T.vectorized(nv):
-                        gA[i * nv + v] = xs[st, rg * rpt + i, cc * nv + v]
-                    if silu:
-                        for v in T.vectorized(nv):
-                            hA[i * nv + v] = hs[st, rg * rpt + i, cc * nv + v]
-                T.sync_threads()                         # slot st read by all: refill it
-                if tx < 128:
-                    if t + tma < nt:
-                        fetch(x, xs, hs, full, bx + (t + tma) * grid, st)
-                proc(gA, hA, sl, bk, tx, cc, rg, bk * cw + cc * nv, sl * 128 + rg * rpt, q, s, ue8m0, am, inv,
-                     ql, red, sc, qs, t8, o, a, yb)
-
-    return channel_quant_tma
+    return channel_quant
 
 
 def channel_quant_t_kernel(dtype: str, raster: str = "rows", minb: int = 0):
@@ -1195,7 +1098,7 @@ SPECS = (
         scalars=(_UE8M0,), factory=silu_backward_quant_kernel,
         # sigmoid on the ftz MUFU forms: +1-2% (docs/sweeps/silu_ftz.py); column blocks first, held to
         # 64 registers (8 CTAs/SM) as before: +0-6% (docs/sweeps/raster.py)
-        variants=tuple(Variant(dict(dtype=d, fsilu=1, raster="cols", minb=8), rule="N % 256 == 0") for d in DTYPES),
+        variants=tuple(Variant(dict(dtype=d, fsilu=1, raster="flat", minb=8), rule="N % 256 == 0") for d in DTYPES),
         reference=_REF + "silu_and_mul_backward_quant_fp8"),
     OpSpec(
         name="tkreg.per_token_group_quant_fp4",
@@ -1222,7 +1125,7 @@ SPECS = (
                  Tensor("out", ("M", "2 * H"), dtype="bfloat16", role="output")),
         # evict-first stores: +0.7-1.5 points of a same-size copy (docs/sweeps/dequant_cs.py); column
         # blocks first: +0-4% (docs/sweeps/raster.py)
-        factory=fp4_dequant_kernel, variants=(Variant(dict(cs=1, raster="cols"), rule="H % 16 == 0"),),
+        factory=fp4_dequant_kernel, variants=(Variant(dict(cs=1, raster="flat"), rule="H % 16 == 0"),),
         reference=_REF + "per_token_group_dequant_fp4"),
     OpSpec(
         name="tkreg.quant_e5m6",
@@ -1241,7 +1144,7 @@ SPECS = (
         tensors=(Tensor("p", ("M", "P"), dtypes=("uint8",)), Tensor("s", ("M",), dtype="float32"),
                  Tensor("out", ("M", "P // 3 * 2"), dtype="bfloat16", role="output")),
         # column blocks first: +4-6% (docs/sweeps/raster.py)
-        factory=e5m6_dequant_kernel, variants=(Variant(dict(raster="cols"), rule="P % 12 == 0"),),
+        factory=e5m6_dequant_kernel, variants=(Variant(dict(raster="flat"), rule="P % 12 == 0"),),
         reference=_REF + "dequant_e5m6"),
     OpSpec(
         name="tkreg.group_dequant_fp8",
@@ -1251,7 +1154,7 @@ SPECS = (
                  Tensor("s", ("R", "(C + 127) // 128"), dtype="float32", strides=("ss0", "ss1")),
                  Tensor("out", ("R", "C"), dtype="bfloat16", role="output")),
         # column blocks first: +5-9% (docs/sweeps/raster.py)
-        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="group", raster="cols"), rule="C % 8 == 0"),),
+        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="group", raster="flat"), rule="C % 8 == 0"),),
         reference=_REF + "group_dequant_fp8"),
     OpSpec(
         name="tkreg.per_channel_dequant_fp8",
@@ -1261,7 +1164,7 @@ SPECS = (
                  Tensor("out", ("R", "C"), dtype="bfloat16", role="output")),
         # 4 vectors a lane in flight: +0.8-1.2 points of a same-size copy (docs/sweeps/dequant_cs.py);
         # column blocks first: +3-5% (docs/sweeps/raster.py)
-        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="channel", unroll=4, raster="cols"),
+        factory=fp8_dequant_kernel, variants=(Variant(dict(layout="channel", unroll=4, raster="flat"),
                                                       rule="C % 8 == 0"),),
         reference=_REF + "per_channel_dequant_fp8"),
 )

@@ -4,7 +4,9 @@ load to the amax (a 128-token amax must see the whole group), so a CTA has nothi
 it computes and stores; register prefetch cost occupancy (docs/quant-tuning.md, round 3).  Here a
 persistent CTA (cps a SM) keeps `tma` tiles in flight through TMA into shared memory and refills a
 slot as soon as every thread has read it.
-cfg 0: the shipped kernel; then (tma stages, CTAs a SM, minb) as listed in CFGS.
+cfg 0: the shipped kernel; then (tma stages, CTAs a SM, minb) as listed in OPS.
+Measured slower everywhere (docs/quant-tuning.md), so the `tma` path was removed: this sweep builds
+against `git show 9bd44b3:kernels_src/quant.py` (check that file out as kernels_src/quant.py first).
 Every cfg bit for bit against cfg 0 (odd M, M = 0, ragged K, UE8M0), then timed in turn in ONE
 process beside a device copy of the same bytes.
 Build:

@@ -58,10 +58,10 @@ def test_transpose_vectors_need_aligned_pitches(dt, m, n, kind):
     ("per_token_group_quant_fp4", (torch.empty(4096, 7168, dtype=FP16),), "cs=1,dtype=float16,nt=2"),
     ("quant_e5m6", (torch.empty(3, 16384, dtype=FP16),), "dtype=float16,threads=512,vecs=4"),
     ("quant_e5m6", (torch.empty(3, 7168, dtype=BF16),), "dtype=bfloat16,threads=128,vecs=8"),
-    ("per_token_group_dequant_fp4", (torch.empty(3, 64, dtype=torch.uint8), torch.empty(3, 4, dtype=torch.uint8)), "cs=1"),
-    ("dequant_e5m6", (torch.empty(3, 12, dtype=torch.uint8), torch.empty(3)), ""),
-    ("group_dequant_fp8", (torch.empty(5, 256, dtype=FP8), torch.empty(2, 8).t()[:5]), "layout=group"),
-    ("per_channel_dequant_fp8", (torch.empty(300, 48, dtype=FP8), torch.empty(3, 48)), "layout=channel,unroll=4"),
+    ("per_token_group_dequant_fp4", (torch.empty(3, 64, dtype=torch.uint8), torch.empty(3, 4, dtype=torch.uint8)), "cs=1,raster=flat"),
+    ("dequant_e5m6", (torch.empty(3, 12, dtype=torch.uint8), torch.empty(3)), "raster=flat"),
+    ("group_dequant_fp8", (torch.empty(5, 256, dtype=FP8), torch.empty(2, 8).t()[:5]), "layout=group,raster=flat"),
+    ("per_channel_dequant_fp8", (torch.empty(300, 48, dtype=FP8), torch.empty(3, 48)), "layout=channel,raster=flat,unroll=4"),
 ])
 def test_dispatch(name, args, chosen):
     e = tkreg.explain(name, *args, arch="sm_90a")

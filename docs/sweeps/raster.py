@@ -1,8 +1,8 @@
-"""Sweep pack + runner: CTA rasterization of the quant family's 2-D grids (kernels_src/quant.py
-_raster).  Every kernel here puts row blocks on grid x, so the ~500-700 CTAs resident at once each
+"""Sweep pack + runner: CTA rasterization of the quant family's 2-D grids (kernels_src/_grid.py).  Every kernel here puts row blocks on grid x, so the ~500-700 CTAs resident at once each
 read a 128-512-byte piece of as many different rows; kernels_src/fp8.py measured column blocks
 first 4-8% faster for its group quant.
-cfg (raster): 0 "rows" (shipped, byte for byte)   1 "cols" (flat index, column blocks fastest)
+cfg (raster, kernels_src/_grid.py): 0 "rows" (shipped, byte for byte)   1 "flat" (one index, column
+              blocks fastest; round 1 called it "cols", which _grid.py now names the 2-D kind)
               2 "g8" / 3 "g16" (groups of 8 / 16 column blocks, row blocks down each group) where listed
 Every cfg bit for bit against cfg 0 (odd M, M = 0, a narrow last group), then timed in turn in
 ONE process beside a device copy of the same bytes.
@@ -18,19 +18,19 @@ import sys
 sys.path.append(str(pathlib.Path(__file__).resolve().parents[2]))   # after site-packages: the installed tkreg
 from tkreg.spec import OpSpec, Scalar, Variant  # noqa: E402
 
-FLAT = [dict(raster="rows"), dict(raster="cols")]
+FLAT = [dict(raster="rows"), dict(raster="flat")]
 # sweep op: (tkreg op, the shipped variant's params (dtype picks it), rule, cfgs).  Round 1 had the
 # flat decode cost the per-channel kernels 5-8 registers and a CTA an SM (64 -> 72: 0.87 -> 0.60 of
 # copy), so round 2 holds them to the shipped occupancy with minb; g8 / g16 were no better than cols.
 OPS = {
     "sw.pc": ("tkreg.per_channel_quant_fp8", dict(dtype="bfloat16"), "K % 8 == 0",
-              [dict(raster="rows"), dict(raster="cols", minb=2), dict(raster="g8", minb=2)]),
+              [dict(raster="rows"), dict(raster="flat", minb=2), dict(raster="g8", minb=2)]),
     "sw.pct": ("tkreg.per_channel_quant_fp8_transpose", dict(dtype="bfloat16"), "K % 8 == 0",
-               [dict(raster="rows"), dict(raster="cols", minb=5), dict(raster="g8", minb=5)]),
+               [dict(raster="rows"), dict(raster="flat", minb=5), dict(raster="g8", minb=5)]),
     "sw.tr1": ("tkreg.batched_transpose", dict(dtype="uint8", rows=8, cols=16),
                "B <= 65535 and M % 8 == 0 and N % 16 == 0", [dict(raster="rows"), dict(raster="g8")]),
     "sw.bwd": ("tkreg.silu_and_mul_backward_quant_fp8", dict(dtype="bfloat16", fsilu=1), "N % 256 == 0",
-               FLAT + [dict(raster="cols", minb=8)]),
+               FLAT + [dict(raster="flat", minb=8)]),
     "sw.fp4d": ("tkreg.per_token_group_dequant_fp4", dict(cs=1), "H % 16 == 0", FLAT),
     "sw.pcd": ("tkreg.per_channel_dequant_fp8", dict(layout="channel", unroll=4), "C % 8 == 0", FLAT),
     "sw.gd": ("tkreg.group_dequant_fp8", dict(layout="group"), "C % 8 == 0", FLAT),

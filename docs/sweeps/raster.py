@@ -1,6 +1,7 @@
 """Sweep pack + runner: CTA rasterization of the quant family's 2-D grids (kernels_src/_grid.py).
-Every kernel here puts row blocks on grid x, so the ~500-700 CTAs resident at once each read a 128-512-byte piece of as many different rows; kernels_src/fp8.py measured column blocks
-first 4-8% faster for its group quant.
+Every kernel here puts row blocks on grid x, so the ~500-700 CTAs resident at once each read a
+128-512-byte piece of as many different rows; kernels_src/fp8.py measured column blocks first 4-8%
+faster for its group quant.
 cfg (raster, kernels_src/_grid.py): 0 "rows" (shipped, byte for byte)   1 "flat" (one index, column
               blocks fastest; round 1 called it "cols", which _grid.py now names the 2-D kind)
               2 "g8" / 3 "g16" (groups of 8 / 16 column blocks, row blocks down each group) where listed

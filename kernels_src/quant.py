@@ -15,13 +15,13 @@ Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruc
   as uint8 / float16 / int32; a transpose only moves bits).  Pitches that are no multiple of the
   vectors (an odd token count): the same kernel with funnel-shifted loads and stores that each
   lane aligns with its neighbour's bytes (UNALIGNED).  Blocks at the edge take a per-element path.
-- per-channel FP8: per_channel_quant_fp8 has a 512-thread CTA own 128 tokens x 128 channels (4 x 8
-  a thread, only the inputs held in registers); the per-warp amaxes meet in shared memory and 128
-  threads compute each channel's scale once.  The SwiGLU _transpose op: the same kernel at 64
-  channels x two 128-token slabs a 256-thread CTA (the second slab's loads issued before the first
-  is computed), q^T through an 8 KB swizzled shared tile, evict-first stores, 2 CTAs/SM.  per_channel_quant_fp8_transpose is
-  warp-local: lanes run down the 128 tokens, the amax is a shfl_xor butterfly, q^T is a PRMT byte
-  transpose in registers stored 8 bytes a lane (no shared memory, no barrier).
+- per-channel FP8 (one kernel, channel_quant_kernel): a 256-thread CTA owns 128 tokens x 64
+  channels (4 x 8 a thread, only the inputs held in registers, 4 CTAs/SM); the per-warp amaxes meet
+  in shared memory and 64 threads compute each channel's scale once.  _transpose: q^T through an
+  8 KB swizzled shared tile, 16-byte stores (the warp-local register transpose it replaced:
+  `git show 3a6112f:kernels_src/quant.py`, 6-10% slower).  The SwiGLU _transpose op: the same
+  kernel at two 128-token slabs a CTA (the second slab's loads issued before the first is
+  computed), evict-first stores, 2 CTAs/SM.
 - group kernels (FP4, SwiGLU backward): a warp per row as in fp8.py (SwiGLU backward: two rows a
   warp; FP4 from 4096 tokens: two row tiles a CTA, the second's loads first, evict-first stores); FP4 groups are 32 elements = 4 lanes (two shfl_xor), e2m1 codes as the min of three
   magic-rounded lines, two values at a time in fp16x2 (equal to comparing against the RNE
@@ -470,88 +470,6 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
                          q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb)
 
     return channel_quant
-
-
-def channel_quant_t_kernel(dtype: str, raster: str = "rows", minb: int = 0):
-    """x[M, K] -> q^T[K, M] e4m3, s[ceil(M / 128), K] (per_channel_quant_fp8_transpose).
-
-    Warp-local, no shared memory and no barrier: a warp owns 128 tokens x 8 * 32 / lr channels,
-    lane = one of lr = 16 token groups (8 tokens each) x a channel chunk; the 128-token amax is a
-    shfl_xor butterfly over the lr lanes, q^T a PRMT byte transpose in registers, and lr lanes store
-    128 contiguous bytes of a q^T row.  Against the old 16 KB shared-memory tile: 66% -> 86% of copy
-    (round 1); round 2's channel_quant_kernel(transpose=1, rpt=4) measured 88% against 87%: kept.
-    """
-    import tilelang.language as T
-
-    M, N, K, x_shape = _channel_io(T, 0)
-    lr, warps = 16, 4
-    nv, rpt, lc = 8, 128 // lr, 32 // lr
-    cw = warps * lc * nv                 # channels per CTA
-    nw = rpt // 4                        # q^T words per channel a lane (2: one 8-byte store)
-    load = _channel_load(T, dtype, nv, rpt)
-    grid, unpack = _raster(T, raster, T.ceildiv(M, 128), T.ceildiv(K, cw))
-
-    @T.prim_func
-    def channel_quant_t(x: T.Tensor(x_shape, dtype), q: T.Tensor((K, M), FP8),
-                        s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool):
-        with T.Kernel(*grid, threads=warps * 32, prelude=PRELUDE) as blk:
-            bm, bk = unpack(blk)
-            T.assume(N % 8 == 0)
-            if minb:
-                T.annotate_min_blocks_per_sm(minb)
-            tx = T.get_thread_binding()
-            lane = tx % 32
-            rg = lane % lr
-            k0 = bk * cw + ((tx // 32) * lc + lane // lr) * nv
-            r0 = bm * 128 + rg * rpt
-            g = T.alloc_local((rpt * nv,), dtype)
-            y = T.alloc_local((rpt * nv,), "float32")
-            am = T.alloc_local((nv,), "float32")
-            sf = T.alloc_local((nv,), "float32")
-            inv = T.alloc_local((nv,), "float32")
-            ql = T.alloc_local((rpt * nv,), FP8)
-            load(x, g, None, r0, k0, M, K, 0)
-            for v in T.unroll(nv):
-                am[v] = T.float32(0)
-            for i in T.unroll(rpt):
-                for v in T.unroll(nv):
-                    y[i * nv + v] = T.cast(g[i * nv + v], "float32")
-                    am[v] = T.max(am[v], T.abs(y[i * nv + v]))
-            for o in T.unroll(lr.bit_length() - 1):
-                for v in T.unroll(nv):
-                    am[v] = T.max(am[v], T.shfl_xor(am[v], 1 << o))
-            for v in T.unroll(nv):
-                sf[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[0]
-                inv[v] = _scale(T, am[v], AMAX_FLOOR, FP8_MAX, ue8m0)[1]
-            for i in T.unroll(rpt):
-                for v in T.vectorized(nv):
-                    ql[i * nv + v] = T.cast(y[i * nv + v] * inv[v], FP8)
-            if rg == 0 and k0 < K:
-                for v in T.vectorized(nv):
-                    s[bm, k0 + v] = sf[v]
-            wq = T.alloc_local((rpt * 2,), "uint32")       # token i: channels 0-3, 4-7
-            o = T.alloc_local((nv * nw,), "uint32")       # channel v: tokens 4j..4j+3 in word j
-            for i in T.unroll(rpt):
-                for j in T.unroll(2):
-                    wq[i * 2 + j] = T.reinterpret(ql[T.Ramp(i * nv + 4 * j, 1, 4)], "uint32")
-            for j in T.unroll(2):
-                for hh in T.unroll(nw):
-                    t = _t4x4(T, wq, 8 * hh + j, 2)
-                    o[(4 * j) * nw + hh] = t[0]
-                    o[(4 * j + 1) * nw + hh] = t[1]
-                    o[(4 * j + 2) * nw + hh] = t[2]
-                    o[(4 * j + 3) * nw + hh] = t[3]
-            if k0 < K:
-                if M % rpt == 0 and r0 + rpt <= M:
-                    for v in T.unroll(nv):
-                        T.stg64(q[k0 + v, r0], o[T.Ramp(v * 2, 1, 2)])
-                else:
-                    for v in T.unroll(nv):
-                        for i in T.unroll(rpt):
-                            if r0 + i < M:
-                                q[k0 + v, r0 + i] = ql[i * nv + v]
-
-    return channel_quant_t
 
 
 # ---- SwiGLU backward + per-token-group FP8 -----------------------------------------------------
@@ -1065,7 +983,8 @@ SPECS = (
         tensors=(_x(("M", "K")), Tensor("q", ("M", "K"), dtype=FP8, role="output"),
                  Tensor("s", ("(M + 127) // 128", "K"), dtype="float32", role="output")),
         scalars=(_UE8M0,), factory=channel_quant_kernel,
-        variants=tuple(Variant(dict(dtype=d), rule="K % 8 == 0") for d in DTYPES),
+        # 64 channels a 256-thread CTA held to 64 registers (4 CTAs/SM): +1-5% (docs/sweeps/tile2.py)
+        variants=tuple(Variant(dict(dtype=d, cw=64, minb=4), rule="K % 8 == 0") for d in DTYPES),
         reference=_REF + "per_channel_quant_fp8"),
     OpSpec(
         name="tkreg.per_channel_quant_fp8_transpose",
@@ -1073,8 +992,10 @@ SPECS = (
             "for weight-gradient GEMMs; K % 8 == 0)",
         tensors=(_x(("M", "K")), Tensor("q", ("K", "M"), dtype=FP8, role="output"),
                  Tensor("s", ("(M + 127) // 128", "K"), dtype="float32", role="output")),
-        scalars=(_UE8M0,), factory=channel_quant_t_kernel,
-        variants=tuple(Variant(dict(dtype=d), rule="K % 8 == 0") for d in DTYPES),
+        scalars=(_UE8M0,), factory=channel_quant_kernel,
+        # q^T through the shared-memory tile at 64 channels a CTA, 4 CTAs/SM: +6-10% over the
+        # warp-local register transpose it replaced (docs/sweeps/tile2.py)
+        variants=tuple(Variant(dict(dtype=d, transpose=1, cw=64, minb=4), rule="K % 8 == 0") for d in DTYPES),
         reference=_REF + "per_channel_quant_fp8_transpose"),
     OpSpec(
         name="tkreg.silu_and_mul_per_channel_quant_fp8_transpose",

@@ -20,8 +20,8 @@ Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruc
   in shared memory and 64 threads compute each channel's scale once.  _transpose: q^T through an
   8 KB swizzled shared tile, 16-byte stores (the warp-local register transpose it replaced:
   `git show 3a6112f:kernels_src/quant.py`, 6-10% slower).  The SwiGLU _transpose op: the same
-  kernel at two 128-token slabs a CTA (the second slab's loads issued before the first is
-  computed), evict-first stores, 2 CTAs/SM.
+  kernel with evict-first stores (`ns = 2`, two 128-token slabs a CTA with the second's loads
+  issued first, is the sweeps' older form: at 128 registers it held 2 CTAs/SM and lost 10-20%).
 - group kernels (FP4, SwiGLU backward): a warp per row as in fp8.py (SwiGLU backward: two rows a
   warp; FP4 from 4096 tokens: two row tiles a CTA, the second's loads first, evict-first stores); FP4 groups are 32 elements = 4 lanes (two shfl_xor), e2m1 codes as the min of three
   magic-rounded lines, two values at a time in fp16x2 (equal to comparing against the RNE
@@ -1004,9 +1004,10 @@ SPECS = (
         tensors=(_x(("M", "N")), Tensor("q", ("N // 2", "M"), dtype=FP8, role="output"),
                  Tensor("s", ("(M + 127) // 128", "N // 2"), dtype="float32", role="output")),
         scalars=(_UE8M0,), factory=channel_quant_kernel,
-        # round 3: 64 channels x two slabs a 256-thread CTA, next slab prefetched, evict-first, 2 CTAs/SM;
-        # silu on the ftz MUFU forms: +1-3% (docs/sweeps/silu_ftz.py)
-        variants=tuple(Variant(dict(dtype=d, silu=1, transpose=1, cw=64, ns=2, cs=1, minb=2, fsilu=1), rule="N % 16 == 0")
+        # 64 channels, one slab a 256-thread CTA held to 64 registers (4 CTAs/SM, no prefetch),
+        # evict-first, silu on the ftz MUFU forms: 0.76-0.84 -> 0.92-0.95 of a same-size copy against
+        # round 3's two prefetched slabs at 2 CTAs/SM (docs/sweeps/tile2.py)
+        variants=tuple(Variant(dict(dtype=d, silu=1, transpose=1, cw=64, cs=1, minb=4, fsilu=1), rule="N % 16 == 0")
                        for d in DTYPES),
         reference=_REF + "silu_and_mul_per_channel_quant_fp8_transpose"),
     OpSpec(

@@ -3,7 +3,9 @@ stores, 256 bytes of each output row a CTA, as the 2-byte kernel writes), per-ch
 channels a CTA (more, smaller CTAs an SM), and per_channel_quant_fp8_transpose on the shared-memory
 q^T tile kernel (channel_quant_kernel(transpose=1)) instead of the warp-local one, and E5M6 quant at
 K = 16384 by CTA shape (one CTA a row).
-cfg 0: the shipped kernel; then the factory parameters listed in OPS.
+cfg 0: the kernel shipped when it ran (the pack was built at 3a6112f: per_channel_quant_fp8_transpose's
+cfg 0 is the warp-local kernel that `git show 3a6112f:kernels_src/quant.py` has; the SwiGLU op's the
+two-slab form); then the factory parameters listed in OPS.  Results: docs/quant-tuning.md.
 Every cfg bit for bit against cfg 0 (odd M, M = 0, ragged K, UE8M0), then timed in turn in ONE
 process beside a device copy of the same bytes.
 Build:

@@ -4,11 +4,13 @@ ncb column blocks, and how a CTA reads its (row block, column block) back.
 - "rows": row blocks on grid x (neighbouring CTAs go down the rows), column blocks on y (any M).
 - "cols": column blocks on x, row blocks on y: at most MAX_Y row blocks (the variant's rule).
 - "flat": one index, column blocks fastest (any M): the CTAs resident at once stream whole rows.
-- "g<G>": flat, in groups of G column blocks with row blocks down each group (GEMM-style).
-The flat kinds decode the index once into an int32 register pair; inlined into every address,
-TVM's division ran at 64 bits and measured 30% slower (kernels_src/fp8.py).  On the H200 the
-row-streaming kernels gain 3-9% from "cols" / "flat" over "rows"; the tile kernels (per-channel,
-transposes) do not (docs/quant-tuning.md, "Grid order").
+"flat" decodes the index once into an int32 register pair (inlined into every address, TVM's
+division ran at 64 bits and measured 30% slower: kernels_src/fp8.py); that costs 3-8 registers.
+On the H200 (docs/quant-tuning.md): the quant family's row-streaming kernels gain 3-9% from "flat"
+over "rows" (one cubin serves every M); the FP8 group quants run 2-10% faster on "cols" than on
+"flat", so they keep "cols" plus a "rows" fallback; the tile kernels (per-channel, transposes)
+stay on "rows".  GEMM-style groups of column blocks were no faster for the transposes
+(`git show 5181a12:kernels_src/_grid.py` has them, "g<G>").
 """
 MAX_Y = 65535  # CUDA's grid y limit
 
@@ -24,14 +26,8 @@ def raster(T, kind, nrb, ncb):
             return (blk[1], blk[0]) + blk[2:]
         b = blk[0]
         bi = T.alloc_local((2,), "int32")
-        if kind == "flat":
-            rc = (b // ncb, b % ncb)
-        else:
-            G = int(kind[1:])
-            grp = b // (G * nrb)
-            gw = T.min(G, ncb - grp * G)              # the last group may be narrower
-            r = b - grp * (G * nrb)
-            rc = (r // gw, grp * G + r % gw)
+        assert kind == "flat", kind
+        rc = (b // ncb, b % ncb)
         for i in range(2):                            # (a plain function: no T.macro assignment sugar)
             T.buffer_store(bi, rc[i], [i])
         return (bi[0], bi[1]) + blk[1:]

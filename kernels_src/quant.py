@@ -23,22 +23,23 @@ Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruc
   kernel with evict-first stores (`ns = 2`, two 128-token slabs a CTA with the second's loads
   issued first, is the sweeps' older form: at 128 registers it held 2 CTAs/SM and lost 10-20%).
 - group kernels (FP4, SwiGLU backward): a warp per row as in fp8.py (SwiGLU backward: two rows a
-  warp; FP4 from 4096 tokens: two row tiles a CTA, the second's loads first, evict-first stores); FP4 groups are 32 elements = 4 lanes (two shfl_xor), e2m1 codes as the min of three
-  magic-rounded lines, two values at a time in fp16x2 (equal to comparing against the RNE
+  warp; FP4 from 2048 (bf16) / 4096 (fp16) tokens: two row tiles a CTA, the second's loads first,
+  evict-first stores); FP4 groups are 32 elements = 4 lanes (two shfl_xor), e2m1 codes as the min
+  of three magic-rounded lines, two values at a time in bf16x2 / fp16x2 (equal to comparing against the RNE
   midpoints, TileKernels' bit-level convert: tests/tkreg/ops/test_quant_cpu.py checks both); the
   dequant is PRMT table lookups and a packed bf16 multiply by the power-of-two scale.
-- E5M6: one CTA per token (the scale is per token), 4 vectors a thread for K <= 8192 and 8 up to
-  K = 16384, a block-wide amax, the fp16 step by cvt.rz.f16x2, 12 bytes (three 32-bit stores) per
-  8 values.
+- E5M6: one CTA per token (the scale is per token), 128 threads x 8 vectors for K <= 8192 and
+  512 x 4 up to K = 16384, a block-wide amax, the fp16 step by cvt.rz.f16x2, 12 bytes (three
+  32-bit stores) per 8 values.
 
-Measured on the H200 (docs/quant-tuning.md; % of a same-size copy, 16384 rows): transpose
-1-byte 85%, per-channel 88%, its _transpose 87%, + SwiGLU 81%, SwiGLU backward 95%, FP4 quant
-88%, dequant 88%, E5M6 91% (K = 7168), channel dequant 91% (per-channel, its _transpose, + SwiGLU,
-FP4 quant and the transpose: round 3's sweep pack).
+Measured on the H200 (BENCHMARKS.md, % of copy at 16384 x 7168 / 8192 x 16384; tuning history in
+docs/quant-tuning.md): transpose 1-byte 83%, 2-byte 89-90%, per-channel 88 / 91%, its _transpose
+91 / 94%, + SwiGLU 92-94%, SwiGLU backward 96-99%, FP4 quant 95%, FP4 dequant 92-93%, E5M6 95 / 86%,
+E5M6 dequant 98%, per-channel dequant 94-95%.
 
-Grid order (kernels_src/_grid.py; docs/sweeps/raster.py on the H200): the row-streaming kernels (the dequants,
-SwiGLU backward) run one flat grid with column blocks fastest, so the CTAs resident at once
-stream whole rows: +3-9% of a same-size copy.  The tile kernels (per-channel, transposes) keep
+Grid order (kernels_src/_grid.py; docs/sweeps/raster.py on the H200): the row-streaming kernels
+(the dequants, SwiGLU backward) run one flat grid with column blocks fastest, so the CTAs resident
+at once stream whole rows: +3-9% of a same-size copy.  The tile kernels (per-channel, transposes) keep
 row blocks on x: the flat order was no faster for them with occupancy held, and slower for the
 transposing writes (per-channel transpose 0.85 -> 0.72-0.79).
 

@@ -5,6 +5,7 @@ faster for its group quant.
 cfg (raster, kernels_src/_grid.py): 0 "rows" (shipped, byte for byte)   1 "flat" (one index, column
               blocks fastest; round 1 called it "cols", which _grid.py now names the 2-D kind)
               2 "g8" / 3 "g16" (groups of 8 / 16 column blocks, row blocks down each group) where listed
+              (no longer in _grid.py: build this sweep against `git show 5181a12:kernels_src/_grid.py`)
 Every cfg bit for bit against cfg 0 (odd M, M = 0, a narrow last group), then timed in turn in
 ONE process beside a device copy of the same bytes.
 Build:

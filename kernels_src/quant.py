@@ -134,6 +134,18 @@ __device__ __forceinline__ unsigned tk_bmin2(unsigned a, unsigned b) {
 __device__ __forceinline__ unsigned tk_bmax2(unsigned a, unsigned b) {
   unsigned r; asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
 """
+# Four fp32 -> four e4m3 bytes (a lowest) by two cvt.rn.satfinite.e4m3x2: the rounding of
+# T.cast(y, FP8) (one F2FP a value plus the PRMTs that pack the bytes), half the instructions.
+E4M3X4 = r"""
+__device__ __forceinline__ unsigned tk_e4m3x4(float a, float b, float c, float d) {
+  unsigned short lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
+  return (unsigned)lo | ((unsigned)hi << 16); }
+__device__ __forceinline__ void tk_st1(void* dst, unsigned v) { *(unsigned char*)dst = (unsigned char)v; }
+__device__ __forceinline__ unsigned tk_hmax2(unsigned a, unsigned b) {
+  unsigned r; asm("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+"""
 # The transpose at unaligned pitches.  Loads: the two aligned vectors around a misaligned 16-byte
 # row (the second an L1 hit: the next lane's) funnel-shifted, branch-free so a thread's loads all
 # issue before the first returns.  Stores: the lanes of a warp hold consecutive vectors of one
@@ -214,9 +226,13 @@ def _t4x4(T, src, i0, step):
 # ---- transpose -----------------------------------------------------------------------------------
 # element size -> (kernel dtype, R rows per thread = store vector, C columns = load vector)
 TRANSPOSE = {1: ("uint8", 8, 16), 2: ("float16", 8, 8), 4: ("int32", 4, 4)}
+# aligned kernels' lanes along a row: 8 (128-byte row reads) for 2- and 4-byte elements, +2-4% of
+# copy; the 1-byte kernel's 8-byte output pieces want 16 lanes down (docs/sweeps/r21.py)
+LANES = {"uint8": 2, "float16": 8, "int32": 8}
 
 
-def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unaligned: int = 0, raster: str = "rows"):
+def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unaligned: int = 0, raster: str = "rows",
+                     lanes: int = 2, minb: int = 0, wdown: int = 0):
     """x[B, M, N] -> out[B, N, M]; a thread moves an R-row x 16-byte block (R x C elements).
 
     The R x 16-byte block lives in 32-bit words and moves by PRMT (one byte-permute instruction
@@ -227,6 +243,10 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unali
     N % C == 0, the variant's rule): plain vector loads and stores.  unaligned: any pitches, through
     UNALIGNED's loads and stores; on the H200 1.0-2.8x the shared-memory tile it replaced and
     1.0-1.8x torch.compile at odd sizes (docs/sweeps/transpose_unaligned.py, docs/quant-tuning.md).
+    lanes: lanes along a row (a warp's load reads 16 * lanes bytes of 32 / lanes rows; its store
+    writes 32 / lanes consecutive R-element pieces of lanes output rows); aligned pitches only.
+    minb: __launch_bounds__(threads, minb).  wdown: the warps stacked down the rows (a CTA writes
+    warps x as many bytes of each output row) instead of across the columns.
     """
     import tilelang.language as T
 
@@ -234,7 +254,10 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unali
     nbytes = 16 // cols
     ow = rows * nbytes // 4                      # words per output column (2 or 4)
     warps = threads // 32
-    tm, tn = 16 * rows, warps * 2 * cols          # CTA tile: 16 lane pairs down, warps across
+    assert lanes == 2 or not unaligned
+    tm, tn = (32 // lanes) * rows, warps * lanes * cols   # CTA tile: 32 / lanes lane groups down, warps across
+    if wdown:
+        tm, tn = warps * (32 // lanes) * rows, lanes * cols
     grid, unpack = _raster(T, raster, T.ceildiv(M, tm), T.ceildiv(N, tn))
 
     @T.prim_func
@@ -242,9 +265,15 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unali
         with T.Kernel(*grid, B, threads=threads,
                       prelude=PRELUDE + UNALIGNED if unaligned else PRELUDE) as blk:
             bm, bn, bb = unpack(blk)
+            if minb:
+                T.annotate_min_blocks_per_sm(minb)
             tx = T.get_thread_binding()
-            m0 = bm * tm + (tx % 32) // 2 * rows
-            n0 = bn * tn + (tx // 32) * (2 * cols) + (tx % 2) * cols
+            if wdown:
+                m0 = bm * tm + tx // lanes * rows
+                n0 = bn * tn + (tx % lanes) * cols
+            else:
+                m0 = bm * tm + (tx % 32) // lanes * rows
+                n0 = bn * tn + (tx // 32) * (lanes * cols) + (tx % lanes) * cols
             a = T.alloc_local((rows * 4,), "uint32")          # a[r * 4 + w]: word w of row r
             o = T.alloc_local((cols * ow,), "uint32")         # o[c * ow + h]: word h of column c
             if m0 + rows <= M and n0 + cols <= N and (unaligned or (N % cols == 0 and M % rows == 0)):
@@ -324,7 +353,7 @@ def _channel_load(T, dtype, nv, rpt):
 
 
 def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int = 4, cw: int = 128, ns: int = 1,
-                         cs: int = 0, minb: int = 0, fsilu: int = 0, raster: str = "rows"):
+                         cs: int = 0, minb: int = 0, fsilu: int = 0, raster: str = "rows", pk: int = 0):
     """x[M, K] (or [M, 2K] with silu: silu(x[:, :K]) * x[:, K:]) -> q[M, K] (transpose: q^T[K, M])
     e4m3, s[ceil(M / 128), K] fp32.
 
@@ -340,6 +369,9 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
     (SwiGLU + transpose); round 3, SwiGLU + transpose at cw = 64, ns = 2, cs, minb = 2 (256
     threads held to 126 registers, 2 CTAs/SM): 71% -> 81% (docs/quant-tuning.md).  The defaults
     are round 2's kernel byte for byte (the plain op ships them).
+    pk (no silu): the amax on the bf16x2 / fp16x2 words as loaded (|x| by clearing the sign bits,
+    one packed max a pair: equal to the fp32 max, both widen exactly) and the e4m3 bytes four at a
+    time (E4M3X4); with transpose a word is one channel's 4 tokens, written straight into the tile.
     """
     import tilelang.language as T
 
@@ -351,6 +383,23 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
     warps = threads // 32
     assert threads % 32 == 0 and threads <= 1024 and 32 % ncc == 0
     assert not transpose or rpt == 4 or rpt == 8
+    assert not pk or not silu
+    max2 = "tk_bmax2" if dtype == "bfloat16" else "tk_hmax2"
+    U = T.uint32
+
+    def word(g, i):                        # values i, i + 1 as one 32-bit word (i even)
+        return T.reinterpret(g[T.Ramp(i, 1, 2)], "uint32")
+
+    def widen(w, hi):                      # the low / high 16-bit float of word w -> fp32, exactly
+        if dtype == "bfloat16":
+            return T.reinterpret(w & U(0xFFFF0000) if hi else w << U(16), "float32")
+        return T.cast(T.reinterpret(T.cast(w >> U(16) if hi else w & U(0xFFFF), "uint16"), "float16"), "float32")
+
+    def e4m3x4(a, b, c, d):
+        return T.call_extern("uint32", "tk_e4m3x4", a, b, c, d)
+
+    def yq(g, inv, i, v):                  # pk: token i, channel v, scaled
+        return T.cast(g[i * nv + v], "float32") * inv[v]
     SL = T.ceildiv(M, 128)
     load = _channel_load(T, dtype, nv, rpt)
     grid, unpack = _raster(T, raster, T.ceildiv(M, 128 * ns), T.ceildiv(K, cw))
@@ -362,19 +411,31 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
         return _silu(T, gv, T.cast(h[i], "float32")) if silu else gv
 
     @T.macro
-    def proc(g, h, sl, bk, tx, cc, rg, k0, r0, q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb):
+    def proc(g, h, sl, bk, tx, cc, rg, k0, r0, q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb, wa, qw, qs32):
         if sl < SL:                        # uniform over the CTA (barriers inside)
             if fsilu:
                 for i in T.unroll(rpt * nv):
                     yb[i] = _silu(T, T.cast(g[i], "float32"), T.cast(h[i], "float32"), fsilu)
-            for v in T.unroll(nv):
-                am[v] = T.float32(0)
-            for i in T.unroll(rpt):
+            if pk:
+                for w in T.unroll(nv // 2):
+                    wa[w] = word(g, 2 * w) & U(0x7FFF7FFF)
+                    for i in T.unroll(1, rpt):
+                        wa[w] = T.call_extern("uint32", max2, wa[w], word(g, i * nv + 2 * w) & U(0x7FFF7FFF))
+                for o_ in T.unroll(5 - (ncc.bit_length() - 1)):
+                    for w in T.unroll(nv // 2):
+                        wa[w] = T.call_extern("uint32", max2, wa[w], T.shfl_xor(wa[w], ncc << o_))
+                for w in T.unroll(nv // 2):
+                    am[2 * w] = widen(wa[w], 0)
+                    am[2 * w + 1] = widen(wa[w], 1)
+            else:
                 for v in T.unroll(nv):
-                    am[v] = T.max(am[v], T.abs(yv(g, h, i * nv + v, yb)))
-            for o_ in T.unroll(5 - (ncc.bit_length() - 1)):
-                for v in T.unroll(nv):
-                    am[v] = T.max(am[v], T.shfl_xor(am[v], ncc << o_))
+                    am[v] = T.float32(0)
+                for i in T.unroll(rpt):
+                    for v in T.unroll(nv):
+                        am[v] = T.max(am[v], T.abs(yv(g, h, i * nv + v, yb)))
+                for o_ in T.unroll(5 - (ncc.bit_length() - 1)):
+                    for v in T.unroll(nv):
+                        am[v] = T.max(am[v], T.shfl_xor(am[v], ncc << o_))
             if tx % 32 < ncc:
                 for v in T.vectorized(nv):
                     red[tx // 32, cc * nv + v] = am[v]
@@ -389,10 +450,53 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
             T.sync_threads()
             for v in T.vectorized(nv):
                 inv[v] = sc[cc * nv + v]
-            for i in T.unroll(rpt):
-                for v in T.unroll(nv):
-                    ql[i * nv + v] = T.cast(yv(g, h, i * nv + v, yb) * inv[v], FP8)
-            if not transpose:
+            if pk:
+                if not transpose:             # words: 4 channels of a token
+                    for i in T.unroll(rpt):
+                        for h2 in T.unroll(2):
+                            qw[i * 2 + h2] = e4m3x4(*(yq(g, inv, i, 4 * h2 + j) for j in range(4)))
+                    for i in T.unroll(rpt):
+                        if r0 + i < M and k0 < K:
+                            if cs:
+                                T.call_extern("handle", "tk_st8_cs", T.address_of(q[r0 + i, k0]), T.address_of(qw[i * 2]))
+                            else:
+                                T.stg64(q[r0 + i, k0], qw[T.Ramp(i * 2, 1, 2)])
+                else:                         # words: a channel's 4 tokens, straight into its slot
+                    for v in T.unroll(nv):
+                        if rpt == 4:
+                            qs32[cc * nv + v, ((rg // 2) ^ cc) * 2 + rg % 2] = e4m3x4(*(yq(g, inv, i, v) for i in range(4)))
+                        else:
+                            for j in T.unroll(2):
+                                qs32[cc * nv + v, (rg ^ cc) * 2 + j] = e4m3x4(*(yq(g, inv, 4 * j + i, v) for i in range(4)))
+                    T.sync_threads()
+                    for p in T.unroll(cw * 8 // threads):
+                        c = p * (threads // 8) + tx // 8
+                        ch = (tx % 8) * 2              # logical 8-byte slots ch, ch + 1
+                        sw = c // 8
+                        for i in T.vectorized(2):
+                            qw[i] = qs32[c, (ch ^ sw) * 2 + i]
+                        for i in T.vectorized(2):
+                            qw[2 + i] = qs32[c, ((ch + 1) ^ sw) * 2 + i]
+                        kk = bk * cw + c
+                        mm = sl * 128 + ch * 8
+                        if kk < K:
+                            if M % 16 == 0 and mm + 16 <= M:
+                                if cs:
+                                    T.call_extern("handle", "tk_st16_cs", T.address_of(q[kk, mm]), T.address_of(qw[0]))
+                                else:
+                                    T.stg128(q[kk, mm], qw[T.Ramp(0, 1, 4)])
+                            else:
+                                for i in T.unroll(16):
+                                    if mm + i < M:
+                                        T.call_extern("handle", "tk_st1", T.address_of(q[kk, mm + i]),
+                                                      qw[i // 4] >> U(8 * (i % 4)))
+            else:
+                for i in T.unroll(rpt):
+                    for v in T.unroll(nv):
+                        ql[i * nv + v] = T.cast(yv(g, h, i * nv + v, yb) * inv[v], FP8)
+            if pk:
+                pass
+            elif not transpose:
                 for i in T.unroll(rpt):
                     if r0 + i < M and k0 < K:
                         if cs:
@@ -435,7 +539,7 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
     def channel_quant(x: T.Tensor(x_shape, dtype), q: T.Tensor(q_shape, FP8),
                       s: T.Tensor(((M + 127) // 128, K), "float32"), ue8m0: T.bool):
         with T.Kernel(*grid, threads=threads,
-                      prelude=PRELUDE_CS + SILU if fsilu else PRELUDE_CS) as blk:
+                      prelude=PRELUDE_CS + (SILU if fsilu else "") + (BF16X2 + E4M3X4 if pk else "")) as blk:
             bm, bk = unpack(blk)
             T.assume(N % (16 if silu else 8) == 0)
             if minb:                       # __launch_bounds__(threads, minb): a statement of the body
@@ -454,21 +558,24 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
             t8 = T.alloc_local((rpt,), FP8)
             o = T.alloc_local((16,), FP8)
             yb = T.alloc_local((rpt * nv,), "float32") if fsilu else None
+            wa = T.alloc_local((nv // 2,), "uint32") if pk else None
+            qw = T.alloc_local((rpt * 2,), "uint32") if pk else None
             red = T.alloc_shared((warps, cw), "float32")
             sc = T.alloc_shared((cw,), "float32")
-            qs = T.alloc_shared((cw, 128), FP8)
+            qs = T.alloc_shared((cw, 128), FP8) if not pk else None
+            qs32 = T.alloc_shared((cw, 32), "uint32") if pk and transpose else None
             load(x, gA, hA, (bm * ns) * 128 + rg * rpt, k0, M, K, silu)
             if ns == 1:
-                proc(gA, hA, bm, bk, tx, cc, rg, k0, bm * 128 + rg * rpt, q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb)
+                proc(gA, hA, bm, bk, tx, cc, rg, k0, bm * 128 + rg * rpt, q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb, wa, qw, qs32)
             else:
                 for j in T.unroll(ns // 2):       # slab 2j from A, 2j + 1 from B; each next one's loads first
                     load(x, gB, hB, (bm * ns + 2 * j + 1) * 128 + rg * rpt, k0, M, K, silu)
                     proc(gA, hA, bm * ns + 2 * j, bk, tx, cc, rg, k0, (bm * ns + 2 * j) * 128 + rg * rpt,
-                         q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb)
+                         q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb, wa, qw, qs32)
                     if 2 * j + 2 < ns:
                         load(x, gA, hA, (bm * ns + 2 * j + 2) * 128 + rg * rpt, k0, M, K, silu)
                     proc(gB, hB, bm * ns + 2 * j + 1, bk, tx, cc, rg, k0, (bm * ns + 2 * j + 1) * 128 + rg * rpt,
-                         q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb)
+                         q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb, wa, qw, qs32)
 
     return channel_quant
 
@@ -789,13 +896,14 @@ def _e5m6(T, y):
     return out
 
 
-def e5m6_quant_kernel(dtype: str, threads: int = 256, vecs: int = 8):
+def e5m6_quant_kernel(dtype: str, threads: int = 256, vecs: int = 8, minb: int = 0):
     """x[M, K] -> p[M, 3K/2] uint8, s[M] fp32 (one scale per token; K % 8 == 0, K <= threads*8*vecs).
 
     One CTA per token, `vecs` 16-byte vectors a thread held in registers across the block amax.
     vecs = 4 took half the registers of vecs = 8: 61% -> 91% of copy at K = 7168 (256 threads); then
     (docs/sweeps/e5m6_threads.py, same-size copy = 1): K <= 8192 on 128 threads x 8 vectors 0.92 ->
     0.97 at 16384 x 7168, K <= 16384 on 512 x 4 0.85 -> 0.87 at 8192 x 16384 (1024 x 2: 0.57).
+    minb: __launch_bounds__(threads, minb).
     """
     import tilelang.language as T
 
@@ -808,6 +916,8 @@ def e5m6_quant_kernel(dtype: str, threads: int = 256, vecs: int = 8):
                    s: T.Tensor((M,), "float32"), ue8m0: T.bool):
         with T.Kernel(M, threads=threads, prelude=PRELUDE) as row:
             T.assume(K % 8 == 0)
+            if minb:
+                T.annotate_min_blocks_per_sm(minb)
             tx = T.get_thread_binding()
             g = T.alloc_local((vecs * nv,), dtype)
             hc = T.alloc_local((nv,), "uint32")
@@ -970,8 +1080,9 @@ SPECS = (
         tensors=(Tensor("x", ("B", "M", "N"), dtypes=tuple(d for d, _, _ in TRANSPOSE.values())),
                  Tensor("out", ("B", "N", "M"), dtype_of="x", role="output")),
         factory=transpose_kernel,
-        variants=tuple(Variant(dict(dtype=d, rows=r, cols=c), rule=f"B <= 65535 and M % {r} == 0 and N % {c} == 0",
-                               priority=2) for d, r, c in TRANSPOSE.values())
+        variants=tuple(Variant(dict(dtype=d, rows=r, cols=c, **({"lanes": LANES[d]} if LANES[d] != 2 else {})),
+                               rule=f"B <= 65535 and M % {r} == 0 and N % {c} == 0", priority=2)
+                       for d, r, c in TRANSPOSE.values())
         # unaligned M, aligned N: 128 threads measured 5-11% ahead for 1- and 2-byte elements
         + tuple(Variant(dict(dtype=d, rows=r, cols=c, threads=128, unaligned=1), rule=f"B <= 65535 and N % {c} == 0",
                         priority=1) for d, r, c in TRANSPOSE.values() if d != "int32")
@@ -984,8 +1095,9 @@ SPECS = (
         tensors=(_x(("M", "K")), Tensor("q", ("M", "K"), dtype=FP8, role="output"),
                  Tensor("s", ("(M + 127) // 128", "K"), dtype="float32", role="output")),
         scalars=(_UE8M0,), factory=channel_quant_kernel,
-        # 64 channels a 256-thread CTA held to 64 registers (4 CTAs/SM): +1-5% (docs/sweeps/tile2.py)
-        variants=tuple(Variant(dict(dtype=d, cw=64, minb=4), rule="K % 8 == 0") for d in DTYPES),
+        # 128 channels x 8 tokens a thread, 3 CTAs/SM, packed amax and e4m3 conversion, evict-first
+        # stores: 0.88 -> 0.93 of a same-size copy at 16384 x 7168 (docs/sweeps/r21.py)
+        variants=tuple(Variant(dict(dtype=d, cw=128, rpt=8, minb=3, pk=1, cs=1), rule="K % 8 == 0") for d in DTYPES),
         reference=_REF + "per_channel_quant_fp8"),
     OpSpec(
         name="tkreg.per_channel_quant_fp8_transpose",
@@ -994,9 +1106,10 @@ SPECS = (
         tensors=(_x(("M", "K")), Tensor("q", ("K", "M"), dtype=FP8, role="output"),
                  Tensor("s", ("(M + 127) // 128", "K"), dtype="float32", role="output")),
         scalars=(_UE8M0,), factory=channel_quant_kernel,
-        # q^T through the shared-memory tile at 64 channels a CTA, 4 CTAs/SM: +6-10% over the
-        # warp-local register transpose it replaced (docs/sweeps/tile2.py)
-        variants=tuple(Variant(dict(dtype=d, transpose=1, cw=64, minb=4), rule="K % 8 == 0") for d in DTYPES),
+        # q^T through the shared-memory tile (+6-10% over the warp-local register transpose it
+        # replaced, docs/sweeps/tile2.py), 128 channels x 8 tokens a thread, 3 CTAs/SM, packed:
+        # 0.91 -> 0.97 of a same-size copy at 16384 x 7168 (docs/sweeps/r21.py)
+        variants=tuple(Variant(dict(dtype=d, transpose=1, cw=128, rpt=8, minb=3, pk=1), rule="K % 8 == 0") for d in DTYPES),
         reference=_REF + "per_channel_quant_fp8_transpose"),
     OpSpec(
         name="tkreg.silu_and_mul_per_channel_quant_fp8_transpose",
@@ -1059,7 +1172,8 @@ SPECS = (
         scalars=(_UE8M0,), factory=e5m6_quant_kernel,
         variants=tuple(v for d in DTYPES for v in (
             Variant(dict(dtype=d, threads=128, vecs=8), rule="K % 8 == 0 and K <= 8192", priority=1),
-            Variant(dict(dtype=d, threads=512, vecs=4), rule="K % 8 == 0 and K <= 16384"))),
+            # 256 threads x 8 vectors held to 3 CTAs/SM: 0.87 -> 0.93-0.97 of copy (docs/sweeps/r21.py)
+            Variant(dict(dtype=d, threads=256, vecs=8, minb=3), rule="K % 8 == 0 and K <= 16384"))),
         reference=_REF + "quant_e5m6"),
     OpSpec(
         name="tkreg.dequant_e5m6",

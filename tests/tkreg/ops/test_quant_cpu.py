@@ -48,16 +48,18 @@ def test_transpose_vectors_need_aligned_pitches(dt, m, n, kind):
 
 
 @pytest.mark.parametrize("name, args, chosen", [
-    ("per_channel_quant_fp8", (torch.empty(37, 7168, dtype=BF16),), "cw=64,dtype=bfloat16,minb=4"),
-    ("per_channel_quant_fp8_transpose", (torch.empty(1, 40, dtype=FP16),), "cw=64,dtype=float16,minb=4,transpose=1"),
+    ("per_channel_quant_fp8", (torch.empty(37, 7168, dtype=BF16),), "cs=1,cw=128,dtype=bfloat16,minb=3,pk=1,rpt=8"),
+    ("per_channel_quant_fp8_transpose", (torch.empty(1, 40, dtype=FP16),), "cw=128,dtype=float16,minb=3,pk=1,rpt=8,transpose=1"),
     ("silu_and_mul_per_channel_quant_fp8_transpose", (torch.empty(5, 2 * 1408, dtype=BF16),),
      "cs=1,cw=64,dtype=bfloat16,fsilu=1,minb=4,silu=1,transpose=1"),
     ("per_token_group_quant_fp4", (torch.empty(2047, 7168, dtype=BF16),), "cs=1,dtype=bfloat16,packed=1"),
     ("per_token_group_quant_fp4", (torch.empty(2048, 7168, dtype=BF16),), "cs=1,dtype=bfloat16,nt=2,packed=1"),
     ("per_token_group_quant_fp4", (torch.empty(4095, 7168, dtype=FP16),), "dtype=float16"),
     ("per_token_group_quant_fp4", (torch.empty(4096, 7168, dtype=FP16),), "cs=1,dtype=float16,nt=2"),
-    ("quant_e5m6", (torch.empty(3, 16384, dtype=FP16),), "dtype=float16,threads=512,vecs=4"),
+    ("quant_e5m6", (torch.empty(3, 16384, dtype=FP16),), "dtype=float16,minb=3,threads=256,vecs=8"),
     ("quant_e5m6", (torch.empty(3, 7168, dtype=BF16),), "dtype=bfloat16,threads=128,vecs=8"),
+    ("batched_transpose", (torch.empty(2, 64, 64, dtype=FP16),), "cols=8,dtype=float16,lanes=8,rows=8"),
+    ("batched_transpose", (torch.empty(2, 64, 64, dtype=torch.int32),), "cols=4,dtype=int32,lanes=8,rows=4"),
     ("per_token_group_dequant_fp4", (torch.empty(3, 64, dtype=torch.uint8), torch.empty(3, 4, dtype=torch.uint8)), "cs=1,raster=flat"),
     ("dequant_e5m6", (torch.empty(3, 12, dtype=torch.uint8), torch.empty(3)), "raster=flat"),
     ("group_dequant_fp8", (torch.empty(5, 256, dtype=FP8), torch.empty(2, 8).t()[:5]), "layout=group,raster=flat"),

@@ -11,13 +11,15 @@ Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruc
   16-byte vector each) into 32-bit words, transposes it by PRMT and stores C vectors of R
   elements.  Lanes go in pairs along a row (the pair reads one full 32-byte sector per row) and
   16 pairs down the rows, so a warp's store writes 16 consecutive R-element pieces of an output
-  row.  One kernel per element size (1, 2, 4 bytes: the typed op views other dtypes of that size
+  row; the aligned kernels run 8 lanes along a row (whole 128-byte row reads; 1-byte elements then
+  at 16 rows a lane, so an output piece stays 16 bytes).  One kernel per element size (1, 2, 4 bytes: the typed op views other dtypes of that size
   as uint8 / float16 / int32; a transpose only moves bits).  Pitches that are no multiple of the
   vectors (an odd token count): the same kernel with funnel-shifted loads and stores that each
   lane aligns with its neighbour's bytes (UNALIGNED).  Blocks at the edge take a per-element path.
-- per-channel FP8 (one kernel, channel_quant_kernel): a 256-thread CTA owns 128 tokens x 64
-  channels (4 x 8 a thread, only the inputs held in registers, 4 CTAs/SM); the per-warp amaxes meet
-  in shared memory and 64 threads compute each channel's scale once.  _transpose: q^T through an
+- per-channel FP8 (one kernel, channel_quant_kernel): a 256-thread CTA owns 128 tokens x 128
+  channels (8 x 8 a thread, only the inputs held in registers, 3 CTAs/SM; the amax on packed
+  bf16x2 / fp16x2 words, e4m3 bytes four per cvt pair); the per-warp amaxes meet in shared memory
+  and 128 threads compute each channel's scale once.  _transpose: q^T through an
   8 KB swizzled shared tile, 16-byte stores (the warp-local register transpose it replaced:
   `git show 3a6112f:kernels_src/quant.py`, 6-10% slower).  The SwiGLU _transpose op: the same
   kernel with evict-first stores (`ns = 2`, two 128-token slabs a CTA with the second's loads
@@ -29,13 +31,13 @@ Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruc
   midpoints, TileKernels' bit-level convert: tests/tkreg/ops/test_quant_cpu.py checks both); the
   dequant is PRMT table lookups and a packed bf16 multiply by the power-of-two scale.
 - E5M6: one CTA per token (the scale is per token), 128 threads x 8 vectors for K <= 8192 and
-  512 x 4 up to K = 16384, a block-wide amax, the fp16 step by cvt.rz.f16x2, 12 bytes (three
+  256 x 8 at 3 CTAs/SM up to K = 16384, a block-wide amax, the fp16 step by cvt.rz.f16x2, 12 bytes (three
   32-bit stores) per 8 values.
 
 Measured on the H200 (BENCHMARKS.md, % of copy at 16384 x 7168 / 8192 x 16384; tuning history in
-docs/quant-tuning.md): transpose 1-byte 83%, 2-byte 89-90%, per-channel 88 / 91%, its _transpose
-91 / 94%, + SwiGLU 92-94%, SwiGLU backward 96-99%, FP4 quant 95%, FP4 dequant 92-93%, E5M6 95 / 86%,
-E5M6 dequant 98%, per-channel dequant 94-95%.
+docs/quant-tuning.md): transpose 1-byte 88%, 2-byte 93%, 4-byte 92%, per-channel 94 / 96%, its
+_transpose 98 / 99%, + SwiGLU 95%, SwiGLU backward 96-99%, FP4 quant 96-97%, FP4 dequant 92%, E5M6
+95 / 94%, E5M6 dequant 98%, per-channel dequant 93-95%.
 
 Grid order (kernels_src/_grid.py; docs/sweeps/raster.py on the H200): the row-streaming kernels
 (the dequants, SwiGLU backward) run one flat grid with column blocks fastest, so the CTAs resident
@@ -227,7 +229,8 @@ def _t4x4(T, src, i0, step):
 # element size -> (kernel dtype, R rows per thread = store vector, C columns = load vector)
 TRANSPOSE = {1: ("uint8", 8, 16), 2: ("float16", 8, 8), 4: ("int32", 4, 4)}
 # aligned kernels' lanes along a row: 8 (128-byte row reads) for 2- and 4-byte elements, +2-4% of
-# copy; the 1-byte kernel's 8-byte output pieces want 16 lanes down (docs/sweeps/r21.py)
+# copy; 1-byte elements at 8 lanes need 16 rows a lane (16-byte output pieces): M % 16 == 0 runs
+# that kernel on 128 threads, +3-7% (docs/sweeps/r21.py)
 LANES = {"uint8": 2, "float16": 8, "int32": 8}
 
 
@@ -1080,7 +1083,9 @@ SPECS = (
         tensors=(Tensor("x", ("B", "M", "N"), dtypes=tuple(d for d, _, _ in TRANSPOSE.values())),
                  Tensor("out", ("B", "N", "M"), dtype_of="x", role="output")),
         factory=transpose_kernel,
-        variants=tuple(Variant(dict(dtype=d, rows=r, cols=c, **({"lanes": LANES[d]} if LANES[d] != 2 else {})),
+        variants=(Variant(dict(dtype="uint8", rows=16, cols=16, lanes=8, threads=128),
+                          rule="B <= 65535 and M % 16 == 0 and N % 16 == 0", priority=3),)
+        + tuple(Variant(dict(dtype=d, rows=r, cols=c, **({"lanes": LANES[d]} if LANES[d] != 2 else {})),
                                rule=f"B <= 65535 and M % {r} == 0 and N % {c} == 0", priority=2)
                        for d, r, c in TRANSPOSE.values())
         # unaligned M, aligned N: 128 threads measured 5-11% ahead for 1- and 2-byte elements

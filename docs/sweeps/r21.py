@@ -34,8 +34,9 @@ from tkreg.spec import OpSpec, Scalar, Variant  # noqa: E402
 # 1-byte 0.830 / 0.825 / 0.814, 0.847 / 0.847 / 0.841, 0.890 / 0.880 / 0.845; 2-byte 0.888 /
 # 0.899 / 0.913, 0.894 / 0.912 / 0.930, 0.922 / 0.939 / 0.959 (minb 4: 0.85-0.91); 4-byte (8192 x
 # 4096, 16384 x 7168) 0.893 / 0.905 / 0.926, 0.897 / 0.901 / 0.918.
-# Round 3 (these OPS): the 1-byte transpose at 16 rows a lane with more lanes along a row, 16
-# lanes for the others, and the fp16 per-channel / E5M6 kernels on round 2's winners.
+# Round 3 (these OPS; /work/.device/14, 161 checks): the 1-byte transpose at 16 rows a lane with
+# more lanes along a row, 16 lanes for the others, warps down the rows, and the fp16 per-channel /
+# E5M6 kernels on round 2's winners.  Results: docs/quant-tuning.md (cfg 3 of sw.tr1 ships).
 OPS = {
     "sw.tr1": ("tkreg.batched_transpose", "M % 16 == 0 and N % 16 == 0",
                [dict(rows=8, cols=16), dict(rows=16, cols=16, lanes=4), dict(rows=16, cols=16, lanes=8),

@@ -414,6 +414,42 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
         return _silu(T, gv, T.cast(h[i], "float32")) if silu else gv
 
     @T.macro
+    def store_tile(q, qt, o, tx, sl, bk):
+        """The q^T tile -> q: per pass a thread's two 8-byte slots of one channel's 128 tokens, one
+        16-byte store (qt: the byte tile, or with pk its words; o: 16 bytes, or with pk 4 words)."""
+        for p in T.unroll(cw * 8 // threads):
+            c = p * (threads // 8) + tx // 8
+            ch = (tx % 8) * 2              # logical 8-byte slots ch, ch + 1
+            sw = c // 8
+            if pk:
+                for i in T.vectorized(2):
+                    o[i] = qt[c, (ch ^ sw) * 2 + i]
+                for i in T.vectorized(2):
+                    o[2 + i] = qt[c, ((ch + 1) ^ sw) * 2 + i]
+            else:
+                for i in T.vectorized(8):
+                    o[i] = qt[c, (ch ^ sw) * 8 + i]
+                for i in T.vectorized(8):
+                    o[8 + i] = qt[c, ((ch + 1) ^ sw) * 8 + i]
+            kk = bk * cw + c
+            mm = sl * 128 + ch * 8
+            if kk < K:
+                if M % 16 == 0 and mm + 16 <= M:
+                    if cs:
+                        T.call_extern("handle", "tk_st16_cs", T.address_of(q[kk, mm]), T.address_of(o[0]))
+                    elif pk:
+                        T.stg128(q[kk, mm], o[T.Ramp(0, 1, 4)])
+                    else:
+                        T.stg128(q[kk, mm], T.reinterpret(o[T.Ramp(0, 1, 16)], "uint32x4"))
+                else:
+                    for i in T.unroll(16):
+                        if mm + i < M:
+                            if pk:
+                                T.call_extern("handle", "tk_st1", T.address_of(q[kk, mm + i]), o[i // 4] >> U(8 * (i % 4)))
+                            else:
+                                q[kk, mm + i] = o[i]
+
+    @T.macro
     def proc(g, h, sl, bk, tx, cc, rg, k0, r0, q, s, ue8m0, am, inv, ql, red, sc, qs, t8, o, a, yb, wa, qw, qs32):
         if sl < SL:                        # uniform over the CTA (barriers inside)
             if fsilu:
@@ -472,27 +508,7 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
                             for j in T.unroll(2):
                                 qs32[cc * nv + v, (rg ^ cc) * 2 + j] = e4m3x4(*(yq(g, inv, 4 * j + i, v) for i in range(4)))
                     T.sync_threads()
-                    for p in T.unroll(cw * 8 // threads):
-                        c = p * (threads // 8) + tx // 8
-                        ch = (tx % 8) * 2              # logical 8-byte slots ch, ch + 1
-                        sw = c // 8
-                        for i in T.vectorized(2):
-                            qw[i] = qs32[c, (ch ^ sw) * 2 + i]
-                        for i in T.vectorized(2):
-                            qw[2 + i] = qs32[c, ((ch + 1) ^ sw) * 2 + i]
-                        kk = bk * cw + c
-                        mm = sl * 128 + ch * 8
-                        if kk < K:
-                            if M % 16 == 0 and mm + 16 <= M:
-                                if cs:
-                                    T.call_extern("handle", "tk_st16_cs", T.address_of(q[kk, mm]), T.address_of(qw[0]))
-                                else:
-                                    T.stg128(q[kk, mm], qw[T.Ramp(0, 1, 4)])
-                            else:
-                                for i in T.unroll(16):
-                                    if mm + i < M:
-                                        T.call_extern("handle", "tk_st1", T.address_of(q[kk, mm + i]),
-                                                      qw[i // 4] >> U(8 * (i % 4)))
+                    store_tile(q, qs32, qw, tx, sl, bk)
             else:
                 for i in T.unroll(rpt):
                     for v in T.unroll(nv):
@@ -517,26 +533,7 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
                     for i in T.vectorized(rpt):
                         qs[cc * nv + v, slot * rpt + i] = t8[i]
                 T.sync_threads()
-                for p in T.unroll(cw * 8 // threads):
-                    c = p * (threads // 8) + tx // 8
-                    ch = (tx % 8) * 2              # logical 8-byte slots ch, ch + 1
-                    sw = c // 8
-                    for i in T.vectorized(8):
-                        o[i] = qs[c, (ch ^ sw) * 8 + i]
-                    for i in T.vectorized(8):
-                        o[8 + i] = qs[c, ((ch + 1) ^ sw) * 8 + i]
-                    kk = bk * cw + c
-                    mm = sl * 128 + ch * 8
-                    if kk < K:
-                        if M % 16 == 0 and mm + 16 <= M:
-                            if cs:
-                                T.call_extern("handle", "tk_st16_cs", T.address_of(q[kk, mm]), T.address_of(o[0]))
-                            else:
-                                T.stg128(q[kk, mm], T.reinterpret(o[T.Ramp(0, 1, 16)], "uint32x4"))
-                        else:
-                            for i in T.unroll(16):
-                                if mm + i < M:
-                                    q[kk, mm + i] = o[i]
+                store_tile(q, qs, o, tx, sl, bk)
 
     @T.prim_func
     def channel_quant(x: T.Tensor(x_shape, dtype), q: T.Tensor(q_shape, FP8),

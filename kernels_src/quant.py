@@ -235,7 +235,7 @@ LANES = {"uint8": 2, "float16": 8, "int32": 8}
 
 
 def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unaligned: int = 0, raster: str = "rows",
-                     lanes: int = 2, minb: int = 0, wdown: int = 0):
+                     lanes: int = 2):
     """x[B, M, N] -> out[B, N, M]; a thread moves an R-row x 16-byte block (R x C elements).
 
     The R x 16-byte block lives in 32-bit words and moves by PRMT (one byte-permute instruction
@@ -248,8 +248,6 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unali
     1.0-1.8x torch.compile at odd sizes (docs/sweeps/transpose_unaligned.py, docs/quant-tuning.md).
     lanes: lanes along a row (a warp's load reads 16 * lanes bytes of 32 / lanes rows; its store
     writes 32 / lanes consecutive R-element pieces of lanes output rows); aligned pitches only.
-    minb: __launch_bounds__(threads, minb).  wdown: the warps stacked down the rows (a CTA writes
-    warps x as many bytes of each output row) instead of across the columns.
     """
     import tilelang.language as T
 
@@ -259,8 +257,6 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unali
     warps = threads // 32
     assert lanes == 2 or not unaligned
     tm, tn = (32 // lanes) * rows, warps * lanes * cols   # CTA tile: 32 / lanes lane groups down, warps across
-    if wdown:
-        tm, tn = warps * (32 // lanes) * rows, lanes * cols
     grid, unpack = _raster(T, raster, T.ceildiv(M, tm), T.ceildiv(N, tn))
 
     @T.prim_func
@@ -268,15 +264,9 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unali
         with T.Kernel(*grid, B, threads=threads,
                       prelude=PRELUDE + UNALIGNED if unaligned else PRELUDE) as blk:
             bm, bn, bb = unpack(blk)
-            if minb:
-                T.annotate_min_blocks_per_sm(minb)
             tx = T.get_thread_binding()
-            if wdown:
-                m0 = bm * tm + tx // lanes * rows
-                n0 = bn * tn + (tx % lanes) * cols
-            else:
-                m0 = bm * tm + (tx % 32) // lanes * rows
-                n0 = bn * tn + (tx // 32) * (lanes * cols) + (tx % lanes) * cols
+            m0 = bm * tm + (tx % 32) // lanes * rows
+            n0 = bn * tn + (tx // 32) * (lanes * cols) + (tx % lanes) * cols
             a = T.alloc_local((rows * 4,), "uint32")          # a[r * 4 + w]: word w of row r
             o = T.alloc_local((cols * ow,), "uint32")         # o[c * ow + h]: word h of column c
             if m0 + rows <= M and n0 + cols <= N and (unaligned or (N % cols == 0 and M % rows == 0)):
@@ -513,27 +503,25 @@ def channel_quant_kernel(dtype: str, transpose: int = 0, silu: int = 0, rpt: int
                 for i in T.unroll(rpt):
                     for v in T.unroll(nv):
                         ql[i * nv + v] = T.cast(yv(g, h, i * nv + v, yb) * inv[v], FP8)
-            if pk:
-                pass
-            elif not transpose:
-                for i in T.unroll(rpt):
-                    if r0 + i < M and k0 < K:
-                        if cs:
-                            T.call_extern("handle", "tk_st8_cs", T.address_of(q[r0 + i, k0]), T.address_of(ql[i * nv]))
-                        else:
-                            for v in T.vectorized(nv):
-                                q[r0 + i, k0 + v] = ql[i * nv + v]
-            else:
-                # q^T tile [cw channels][128 tokens]: channel c's tokens rg*rpt.. go to rpt-byte slot
-                # rg ^ cc (rpt = 8) -- for rpt = 4 slot (rg ^ cc) of 4 bytes (16-way conflict-free).
-                for v in T.unroll(nv):
+                if not transpose:
                     for i in T.unroll(rpt):
-                        t8[i] = ql[i * nv + v]
-                    slot = (rg ^ cc) if rpt == 8 else ((rg // 2) ^ cc) * 2 + rg % 2
-                    for i in T.vectorized(rpt):
-                        qs[cc * nv + v, slot * rpt + i] = t8[i]
-                T.sync_threads()
-                store_tile(q, qs, o, tx, sl, bk)
+                        if r0 + i < M and k0 < K:
+                            if cs:
+                                T.call_extern("handle", "tk_st8_cs", T.address_of(q[r0 + i, k0]), T.address_of(ql[i * nv]))
+                            else:
+                                for v in T.vectorized(nv):
+                                    q[r0 + i, k0 + v] = ql[i * nv + v]
+                else:
+                    # q^T tile [cw channels][128 tokens]: channel c's tokens rg*rpt.. go to rpt-byte slot
+                    # rg ^ cc (rpt = 8) -- for rpt = 4 slot (rg ^ cc) of 4 bytes (16-way conflict-free).
+                    for v in T.unroll(nv):
+                        for i in T.unroll(rpt):
+                            t8[i] = ql[i * nv + v]
+                        slot = (rg ^ cc) if rpt == 8 else ((rg // 2) ^ cc) * 2 + rg % 2
+                        for i in T.vectorized(rpt):
+                            qs[cc * nv + v, slot * rpt + i] = t8[i]
+                    T.sync_threads()
+                    store_tile(q, qs, o, tx, sl, bk)
 
     @T.prim_func
     def channel_quant(x: T.Tensor(x_shape, dtype), q: T.Tensor(q_shape, FP8),

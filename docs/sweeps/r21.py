@@ -37,6 +37,8 @@ from tkreg.spec import OpSpec, Scalar, Variant  # noqa: E402
 # Round 3 (these OPS; /work/.device/14, 161 checks): the 1-byte transpose at 16 rows a lane with
 # more lanes along a row, 16 lanes for the others, warps down the rows, and the fp16 per-channel /
 # E5M6 kernels on round 2's winners.  Results: docs/quant-tuning.md (cfg 3 of sw.tr1 ships).
+# transpose_kernel's `minb` and `wdown` (warps down the rows) lost and were removed after this
+# round: rebuilding these OPS needs `git show cd6a904:kernels_src/quant.py`.
 OPS = {
     "sw.tr1": ("tkreg.batched_transpose", "M % 16 == 0 and N % 16 == 0",
                [dict(rows=8, cols=16), dict(rows=16, cols=16, lanes=4), dict(rows=16, cols=16, lanes=8),

@@ -13,7 +13,7 @@ rule).  GPT-OSS's activation is swiglu(limit=7, alpha=1.702, beta=1) on *de-inte
 gate/up rows (its checkpoints interleave them; reorder the weight once at load time).
 
 Layout: a 2-D grid, tokens on x (so any T up to the int32 element limit launches) and column
-blocks of `threads * vec` outputs on y.  Each thread owns one `vec`-wide column slice of `rows`
+blocks of `threads * vec` outputs on y (or both folded into one index, `raster="flat"`).  Each thread owns one `vec`-wide column slice of `rows`
 consecutive tokens (rows and threads per op in TUNED): it issues all 2 * rows loads (16 bytes each when vec == 8) before any math,
 then writes `rows` 16-byte stores (`T.stg128`: left to itself, nvcc 13.0 splits the local-array
 copy into 4-byte stores on sm_90a); no shared memory, one pass.
@@ -22,8 +22,15 @@ silu_and_mul_backward (the gradient training needs) follows the same layout.
 
 Variants (per dtype bf16/fp16, per arch): vec=8 serves N % 16 == 0 (I = N/2 a multiple of 8:
 every intermediate size of real models, TP-sharded or not); vec=1 serves any other even N at
-lower bandwidth; odd N is rejected (no variant: `needs N % 2 == 0`).
+lower bandwidth; odd N is rejected (no variant: `needs N % 2 == 0`).  silu_and_mul has a third,
+for big calls (T * N >= 3 * 2^25, I >= 2048): 3 tokens a thread on the "flat" grid order
+(kernels_src/_grid.py: the CTAs resident at once stream whole rows).  The precise expf and IEEE
+division keep it near issue-bound (~22 instructions an element; __expf / __fdividef run at
+torch.compile's speed), so 6 loads in flight before the math pay: 0.96 -> 0.99x torch.compile at
+16384 x 14336 / 8192 x 18432; below that size, or at I = 704, the one-token CTAs stay ahead
+(docs/sweeps/r22.py on the H200).
 """
+from kernels_src._grid import raster as _raster
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 
 DTYPES = ("bfloat16", "float16")
@@ -46,8 +53,9 @@ def _load_halves(T, rows: int, vec: int, Tn, I):  # noqa: E741
     return load
 
 
-def gated_kernel(op: str, dtype: str, vec: int, rows: int | None = None, threads: int | None = None):
-    """op: "silu_and_mul" (no scalars) or "swiglu" (limit, alpha, beta)."""
+def gated_kernel(op: str, dtype: str, vec: int, rows: int | None = None, threads: int | None = None,
+                 raster: str = "rows"):
+    """op: "silu_and_mul" (no scalars) or "swiglu" (limit, alpha, beta); raster: kernels_src/_grid.py."""
     import tilelang.language as T
 
     rows, threads = rows or TUNED[op][0], threads or TUNED[op][1]
@@ -56,10 +64,12 @@ def gated_kernel(op: str, dtype: str, vec: int, rows: int | None = None, threads
     I = N // 2  # noqa: E741
     f32 = "float32"
     load = _load_halves(T, rows, vec, Tn, I)
+    grid, unpack = _raster(T, raster, T.ceildiv(Tn, rows), T.ceildiv(I, threads * vec))
 
     @T.macro
     def run(x, out, limit, alpha, beta, clamp: bool, scaled: bool):
-        with T.Kernel(T.ceildiv(Tn, rows), T.ceildiv(I, threads * vec), threads=threads) as (bt, bc):
+        with T.Kernel(*grid, threads=threads) as blk:
+            bt, bc = unpack(blk)
             if vec > 1:
                 T.assume(N % (2 * vec) == 0)
             g = T.alloc_local((rows, vec), dtype)
@@ -148,8 +158,15 @@ def silu_and_mul_backward_kernel(dtype: str, vec: int, rows: int = ROWS, threads
     return silu_and_mul_backward
 
 
+# silu_and_mul on big calls: (T x I) 8192 x 7168 and up gain 1-4%, 4096 x 7168 and 16384 x 2048
+# lose 1-4% (docs/sweeps/r22.py round 3).
+BIG = "N % 16 == 0 and N >= 4096 and T * N >= 100663296"
+
+
 def _variants(op):
-    return tuple(v for d in DTYPES for v in (
+    big = (Variant({"op": op, "dtype": d, "vec": 8, "rows": 3, "raster": "flat"}, rule=BIG, priority=20)
+           for d in DTYPES) if op == "silu_and_mul" else ()
+    return tuple(big) + tuple(v for d in DTYPES for v in (
         Variant({"op": op, "dtype": d, "vec": 8}, rule="N % 16 == 0", priority=10),
         Variant({"op": op, "dtype": d, "vec": 1}, rule="N % 2 == 0")))
 

@@ -65,7 +65,9 @@ def queued_ms_paired(fns, arg_sets, reps=50, warmup=3, runs=3) -> list:
     per = [[] for _ in fns]
     for _ in range(runs):
         for j, fn in enumerate(fns):
-            torch.cuda._sleep(min(60_000 * reps, 40_000_000))   # ~30 µs of spin per queued call
+            # ~100 µs of spin per queued call: the host enqueues all `reps` calls before the GPU
+            # reaches them (a compiled peer's guards and wrapper cost tens of µs a call)
+            torch.cuda._sleep(min(200_000 * reps, 40_000_000))
             s.record()
             for i in range(reps):
                 fn(*arg_sets[i % len(arg_sets)])
@@ -116,7 +118,14 @@ def copy_bandwidth() -> float:
 
 
 def compiled(fn):
+    """torch.compile(fn) specialized to each shape.  A bench feeds one reference 20+ shapes: past
+    dynamo's recompile limit (8) the function silently ran *eagerly* (the old mid-size rows' 1-7%
+    of copy), so the limit is raised to cover every shape a bench times."""
     torch = need_torch()
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):    # the older name: torch < 2.7
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(getattr(cfg, name), 64))
     try:
         return torch.compile(fn, dynamic=False)
     except Exception:  # noqa: BLE001

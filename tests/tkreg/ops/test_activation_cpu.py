@@ -32,6 +32,17 @@ def test_real_intermediate_sizes_take_the_vector_kernel(op, dt, arch):
         assert e.chosen == f"dtype={str(dt)[6:]},op={op},vec=8", (i, str(e))
 
 
+@pytest.mark.parametrize("t, i, big", [(8192, 7168, True), (7022, 7168, True), (4096, 14336, True),
+                                        (4096, 7168, False), (16384, 2048, False), (65536, 1408, False),
+                                        (7021, 7168, False), (1 << 17, 2040, False)])
+def test_big_silu_calls_take_three_tokens_a_thread(t, i, big):
+    """T * N >= 3 * 2^25 with I >= 2048: the flat 3-token kernel (faster there, slower below)."""
+    for arch in ("sm_90a", "sm_100a"):
+        e = tkreg.explain("silu_and_mul", torch.empty(t, 2 * i, dtype=FP16, device="meta"), arch=arch)
+        want = "dtype=float16,op=silu_and_mul,raster=flat,rows=3,vec=8" if big else "dtype=float16,op=silu_and_mul,vec=8"
+        assert e.chosen == want, str(e)
+
+
 @pytest.mark.parametrize("n, chosen", [(30, "vec=1"), (200, "vec=1"), (2, "vec=1"), (16, "vec=8"), (31, None)])
 def test_other_widths(n, chosen):
     e = tkreg.explain("silu_and_mul", torch.empty(5, n, dtype=BF16), arch="sm_90a")

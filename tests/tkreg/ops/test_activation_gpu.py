@@ -40,6 +40,16 @@ def test_silu_and_mul_matches_reference_exactly(t, i, dt, seed):
     same(tkreg.ops.silu_and_mul(x), y, "allocating call")
 
 
+@pytest.mark.parametrize("dt", [BF16, FP16])
+@pytest.mark.parametrize("t", [7022, 8191])  # T % 3 != 0: a ragged last row block
+def test_big_silu_and_mul_matches_reference_exactly(t, dt, seed):
+    """The 3-tokens-a-thread kernel big calls take (T * N >= 3 * 2^25), ragged last row block too."""
+    x = make_x(t, 7168, dt)
+    assert "rows=3" in tkreg.explain("silu_and_mul", x).chosen
+    out = torch.full((t, 7168), NAN, dtype=dt, device=DEV)
+    same(tkreg.ops.silu_and_mul(x, out=out), reference.silu_and_mul(x), f"silu_and_mul t={t} {dt}")
+
+
 @pytest.mark.parametrize("params", [(0.0, 1.0, 0.0), GPT_OSS, (-1.0, 0.5, -0.25), (0.5, 1.0, 0.0)])
 @pytest.mark.parametrize("dt", [BF16, FP16])
 @pytest.mark.parametrize("i", SIZES)

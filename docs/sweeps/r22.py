@@ -30,7 +30,13 @@ from tkreg.spec import OpSpec, Scalar, Variant  # noqa: E402
 # 1.010 | 0.959, 0.911, 0.922; flat 128 x 4 the same, 0.976 at 1408; flat 128 x 3 1.019/0.997,
 # 1.016/0.994, 1.012/0.993, 0.967 | 0.969, 0.954, 0.943; "rows" 256 x 2 0.98, 1.023 at 1408.
 # torch.compile at 2048 x 4096 / 1024 x 7168 ran 1.069 / 0.953 of a copy here (round 1: 0.34 /
-# 0.31).  Round 3 (these CFGS): 3-4 rows a thread on "flat", where the token count turns.
+# 0.31: this runner's compiled peer is host-bound behind a 30 µs spin; tkreg.bench.timing now spins
+# 100 µs a call).  Round 3 (these CFGS): 3-4 rows a thread on "flat", where the token count turns.
+# Round 3 (/work/.device/3, 56 checks): flat 256 x 3 1.016/0.994 at 16384 x 14336, 1.018/0.996 at
+# 8192 x 18432, 1.015/0.994 at 16384 x 7168, 1.015 at 8192 x 14336, 1.007 at 8192 x 7168 and 4096 x
+# 14336, 1.016 at 32768 x 4096 (shipped 0.979-0.999); behind the shipped kernel at 16384 x 2048
+# (0.983 / 1.019), 4096 x 7168 (0.978 / 0.991), 65536 x 1408 (0.976 / 1.017) and below: ships for
+# T * N >= 3 * 2^25 with I >= 2048 (kernels_src/activation.py BIG).
 CFGS = [dict(), dict(raster="flat", threads=128, rows=3), dict(raster="flat", threads=64, rows=4),
         dict(raster="flat", threads=128, rows=4), dict(raster="flat", threads=64, rows=3),
         dict(raster="flat", rows=3), dict(rows=2)]

@@ -13,9 +13,10 @@ rule).  GPT-OSS's activation is swiglu(limit=7, alpha=1.702, beta=1) on *de-inte
 gate/up rows (its checkpoints interleave them; reorder the weight once at load time).
 
 Layout: a 2-D grid, tokens on x (so any T up to the int32 element limit launches) and column
-blocks of `threads * vec` outputs on y (or both folded into one index, `raster="flat"`).  Each thread owns one `vec`-wide column slice of `rows`
-consecutive tokens (rows and threads per op in TUNED): it issues all 2 * rows loads (16 bytes each when vec == 8) before any math,
-then writes `rows` 16-byte stores (`T.stg128`: left to itself, nvcc 13.0 splits the local-array
+blocks of `threads * vec` outputs on y (or both folded into one index, `raster="flat"`).  Each
+thread owns one `vec`-wide column slice of `rows` consecutive tokens (rows and threads per op in
+TUNED): it issues all 2 * rows loads (16 bytes each when vec == 8) before any math, then writes
+`rows` 16-byte stores (`T.stg128`: left to itself, nvcc 13.0 splits the local-array
 copy into 4-byte stores on sm_90a); no shared memory, one pass.
 
 silu_and_mul_backward (the gradient training needs) follows the same layout.

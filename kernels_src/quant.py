@@ -1071,7 +1071,7 @@ SPECS = (
         variants=(Variant(dict(dtype="uint8", rows=16, cols=16, lanes=8, threads=128),
                           rule="B <= 65535 and M % 16 == 0 and N % 16 == 0", priority=3),
                   # 2-byte, up to ~22 M elements (prefill-chunk sizes): 64 x 128 tiles on 128 threads,
-                  # 128-byte output pieces: 0.82-0.97 -> 0.90-1.07x torch.compile, same at 4096 x 4096
+                  # 128-byte output pieces: 0.82-0.96 -> 0.90-1.06x torch.compile, same at 4096 x 4096
                   # (docs/sweeps/r22t.py; larger calls keep the 32 x 512 tile, 4% ahead there)
                   Variant(dict(dtype="float16", rows=8, cols=8, lanes=4, threads=128),
                           rule="B <= 65535 and M % 8 == 0 and N % 8 == 0 and B * M * N <= 23068672", priority=3))

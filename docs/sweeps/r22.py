@@ -6,7 +6,7 @@ process beside torch.compile of the reference and a device copy of the same byte
 Build:
   .venv/bin/python -m build_tools build --src docs/sweeps/r22.py --namespace sw --arch sm_90a \\
       --out .ab/r22/pack --cache /tmp/gwscache -j 2
-Run (cwd outside the repo): TKREG_PACKS=pack python3 r22.py OUT.json
+Run (cwd outside the repo, sweep_check.py beside it): TKREG_PACKS=pack python3 r22.py OUT.json
 """
 import json
 import pathlib
@@ -58,7 +58,8 @@ def run(out: str):
     import torch
     import tkreg
     from tkreg import reference
-    from tkreg.bench.timing import compiled, copy_sets, queued_ms, queued_ms_paired, rotations
+    from tkreg.bench.timing import compiled, rotations
+    from sweep_check import cfg_row   # a sibling module (this folder is on sys.path)
     res = {"checks": [], "rows": []}
     torch.manual_seed(0)
     for t, i in ((1, 128), (37, 704), (200, 7168), (4097, 1408), (1032, 3584), (300, 1096), (0, 256), (5, 9216)):
@@ -75,14 +76,7 @@ def run(out: str):
     for t, i in SHAPES:
         nbytes = 6 * t * i
         sets = rotations(lambda: (torch.randn(t, 2 * i, dtype=torch.bfloat16, device="cuda"),), nbytes)
-        fns = [lambda a, c=c: tkreg.call("sw.silu", a, cfg=c) for c in range(len(CFGS))] + [comp]
-        ms = queued_ms_paired(fns, sets, reps=30, runs=5)
-        copy = queued_ms(lambda s, d: d.copy_(s), copy_sets(nbytes))
-        names = [f"cfg{c}" for c in range(len(CFGS))] + ["compile"]
-        row = dict(shape=[t, i], of_copy={n: copy / v for n, v in zip(names, ms)},
-                   vs_compile={n: ms[-1] / v for n, v in zip(names, ms)}, copy_ms=copy)
-        res["rows"].append(row)
-        print(row["shape"], " ".join(f"{n}:{v:.3f}/{row['vs_compile'][n]:.3f}" for n, v in row["of_copy"].items()), flush=True)
+        res["rows"].append(cfg_row("sw.silu", len(CFGS), comp, sets, nbytes, (t, i)))
         del sets
     json.dump(res, open(out, "w"), indent=1)
 

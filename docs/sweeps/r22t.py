@@ -6,7 +6,7 @@ beside torch.compile of the reference and a device copy of the same bytes.
 Build:
   .venv/bin/python -m build_tools build --src docs/sweeps/r22t.py --namespace sw --arch sm_90a \\
       --out .ab/r22t/pack --cache /tmp/gwscache -j 2
-Run (cwd outside the repo): TKREG_PACKS=pack python3 r22t.py OUT.json
+Run (cwd outside the repo, sweep_check.py beside it): TKREG_PACKS=pack python3 r22t.py OUT.json
 Results (/work/.device/7 of the 22nd session, 40 checks): cfg 3 (lanes 4, 128 threads) ships for
 B * M * N <= 22 * 2^20; the table is in docs/quant-tuning.md.
 """
@@ -40,7 +40,8 @@ def run(out: str):
     import torch
     import tkreg
     from tkreg import reference
-    from tkreg.bench.timing import compiled, copy_sets, queued_ms, queued_ms_paired, rotations
+    from tkreg.bench.timing import compiled, rotations
+    from sweep_check import cfg_row   # a sibling module (this folder is on sys.path)
     res = {"checks": [], "rows": []}
     torch.manual_seed(0)
     for b, m, n in ((1, 8, 8), (1, 40, 1416), (3, 3000, 264), (1, 4104, 2056), (2, 1024, 7168)):
@@ -55,14 +56,7 @@ def run(out: str):
     for m, n in SHAPES:
         nbytes = 4 * m * n
         sets = rotations(lambda: (torch.randn(1, m, n, device="cuda").half(),), nbytes)
-        fns = [lambda a, c=c: tkreg.call("sw.tr2", a, cfg=c) for c in range(len(CFGS))] + [comp]
-        ms = queued_ms_paired(fns, sets, reps=30, runs=5)
-        copy = queued_ms(lambda s, d: d.copy_(s), copy_sets(nbytes))
-        names = [f"cfg{c}" for c in range(len(CFGS))] + ["compile"]
-        row = dict(shape=[m, n], of_copy={k: copy / v for k, v in zip(names, ms)},
-                   vs_compile={k: ms[-1] / v for k, v in zip(names, ms)}, copy_ms=copy)
-        res["rows"].append(row)
-        print(row["shape"], " ".join(f"{k}:{v:.3f}/{row['vs_compile'][k]:.3f}" for k, v in row["of_copy"].items()), flush=True)
+        res["rows"].append(cfg_row("sw.tr2", len(CFGS), comp, sets, nbytes, (m, n)))
         del sets
     json.dump(res, open(out, "w"), indent=1)
 

@@ -47,3 +47,18 @@ def copy_ms(cache: dict, nbytes: int, queued=False) -> float:
     if key not in cache:
         cache[key] = (queued_ms if queued else gpu_ms)(lambda s, d: d.copy_(s), copy_sets(nbytes))
     return cache[key]
+
+
+def cfg_row(op: str, ncfg: int, comp, sets, nbytes: int, shape) -> dict:
+    """Every cfg of sweep op `op` and torch.compile (`comp`) timed in turn (queued, 5 paired runs)
+    beside a same-size device copy: {shape, of_copy, vs_compile, copy_ms}, also printed."""
+    import tkreg
+    from tkreg.bench.timing import copy_sets, queued_ms, queued_ms_paired
+    fns = [lambda *a, c=c: tkreg.call(op, *a, cfg=c) for c in range(ncfg)] + [comp]
+    ms = queued_ms_paired(fns, sets, reps=30, runs=5)
+    copy = queued_ms(lambda s, d: d.copy_(s), copy_sets(nbytes))
+    names = [f"cfg{c}" for c in range(ncfg)] + ["compile"]
+    row = dict(shape=list(shape), of_copy={n: copy / v for n, v in zip(names, ms)},
+               vs_compile={n: ms[-1] / v for n, v in zip(names, ms)}, copy_ms=copy)
+    print(row["shape"], " ".join(f"{n}:{v:.3f}/{row['vs_compile'][n]:.3f}" for n, v in row["of_copy"].items()), flush=True)
+    return row

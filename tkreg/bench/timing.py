@@ -122,11 +122,11 @@ def compiled(fn):
     dynamo's recompile limit (8) the function silently ran *eagerly* (the old mid-size rows' 1-7%
     of copy), so the limit is raised to cover every shape a bench times."""
     torch = need_torch()
-    cfg = torch._dynamo.config
-    for name in ("recompile_limit", "cache_size_limit"):    # the older name: torch < 2.7
-        if hasattr(cfg, name):
-            setattr(cfg, name, max(getattr(cfg, name), 64))
     try:
+        import torch._dynamo as dynamo
+        for name in ("recompile_limit", "cache_size_limit"):    # the older name: torch < 2.7
+            if hasattr(dynamo.config, name):
+                setattr(dynamo.config, name, max(getattr(dynamo.config, name), 64))
         return torch.compile(fn, dynamic=False)
     except Exception:  # noqa: BLE001
         return None

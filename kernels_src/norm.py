@@ -27,7 +27,7 @@ def _threads(n: int) -> int:
     return 256 if n >= 4096 else 128
 
 
-def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll: int = 2):
+def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll: int = 2, wpre: int = 0):
     """rms_norm / fused_add_rms_norm for a symbolic N (N % 8 == 0), one CTA per row.
 
     max_n > 0: the row stays in registers (max_n / (threads * 8) 16-byte slots per thread), read
@@ -60,10 +60,12 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
 
     @T.macro
     def scale_store(a, i, weight, out, row, col, r, w):
-        for v in T.vectorized(vec):
-            w[v] = weight[col + v]
+        wi = i if wpre else 0
+        if not wpre:
+            for v in T.vectorized(vec):
+                w[0, v] = weight[col + v]
         for v in T.unroll(vec):
-            a[i, v] = T.cast(T.cast(a[i, v], f32) * r * T.cast(w[v], f32), dtype)
+            a[i, v] = T.cast(T.cast(a[i, v], f32) * r * T.cast(w[wi, v], f32), dtype)
         for v in T.vectorized(vec):
             out[row, col + v] = a[i, v]
 
@@ -75,7 +77,7 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
             red = T.alloc_shared((warps,), f32)
             a = T.alloc_local((slots, vec), dtype)
             b = T.alloc_local((slots, vec), dtype)
-            w = T.alloc_local((vec,), dtype)
+            w = T.alloc_local((slots if wpre else 1, vec), dtype)
             acc = T.alloc_local((1,), f32)
             tot = T.alloc_local((1,), f32)
             acc[0] = T.float32(0)
@@ -83,6 +85,11 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
                 for i in T.unroll(slots):        # every load first
                     if i * chunk + tx * vec < N:
                         load(x, residual, a, b, row, i * chunk + tx * vec, i)
+                if wpre:                         # the weight slices too, before the barrier
+                    for i in T.unroll(slots):
+                        if i * chunk + tx * vec < N:
+                            for v in T.vectorized(vec):
+                                w[i, v] = weight[i * chunk + tx * vec + v]
                 for i in T.unroll(slots):
                     if i * chunk + tx * vec < N:
                         add_square(residual, a, b, row, i * chunk + tx * vec, i, acc)
@@ -128,11 +135,11 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
     return rms_norm
 
 
-def rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0):
+def rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0, wpre: int = 0):
     import tilelang.language as T
 
     if N == 0:
-        return _any_n_kernel(dtype, threads, fused=False, max_n=max_n)
+        return _any_n_kernel(dtype, threads, fused=False, max_n=max_n, wpre=wpre)
     M = T.dynamic("M")
 
     @T.prim_func
@@ -153,12 +160,12 @@ def rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0):
     return rms_norm
 
 
-def fused_add_rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0):
+def fused_add_rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0, wpre: int = 0):
     """residual <- x + residual (rounded); x <- rms_norm(residual) * w: both in place."""
     import tilelang.language as T
 
     if N == 0:
-        return _any_n_kernel(dtype, threads, fused=True, max_n=max_n)
+        return _any_n_kernel(dtype, threads, fused=True, max_n=max_n, wpre=wpre)
     M = T.dynamic("M")
 
     @T.prim_func

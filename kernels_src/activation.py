@@ -25,11 +25,15 @@ Variants (per dtype bf16/fp16, per arch): vec=8 serves N % 16 == 0 (I = N/2 a mu
 every intermediate size of real models, TP-sharded or not); vec=1 serves any other even N at
 lower bandwidth; odd N is rejected (no variant: `needs N % 2 == 0`).  silu_and_mul has a third,
 for big calls (T * N >= 3 * 2^25, I >= 2048): 3 tokens a thread on the "flat" grid order
-(kernels_src/_grid.py: the CTAs resident at once stream whole rows).  The precise expf and IEEE
-division keep it near issue-bound (~22 instructions an element; __expf / __fdividef run at
-torch.compile's speed), so 6 loads in flight before the math pay: 0.96 -> 0.99x torch.compile at
-16384 x 14336 / 8192 x 18432; below that size, or at I = 704, the one-token CTAs stay ahead
-(docs/sweeps/r22.py on the H200).
+(kernels_src/_grid.py: the CTAs resident at once stream whole rows), and a fourth for prefill
+chunks (T * I of 4-12.6 M): 128-thread CTAs.  The precise expf and IEEE
+division (~22 instructions an element) keep big calls near issue-bound, so 6 loads in flight
+before the math pay: 0.96 -> 0.99x torch.compile at 16384 x 14336 / 8192 x 18432; below that size,
+or at I = 704, the one-token CTAs stay ahead (docs/sweeps/r22.py on the H200).  torch.compile's
+own kernel is not bit-exact (approximate division, exp fused with the + 1).  Tried for the mid
+sizes and dropped (docs/sweeps/r23.py): __expf / rcp.approx with an exact recomputation only where
+the two could round to different bf16 values (bit-exact, 1 element in ~1000 recomputed) ran no
+faster than the exact kernel; fast math alone 0.97-1.03x torch.compile.
 """
 from kernels_src._grid import raster as _raster
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
@@ -54,39 +58,12 @@ def _load_halves(T, rows: int, vec: int, Tn, I):  # noqa: E741
     return load
 
 
-# silu_and_mul's bf16 output, exact but mostly at fast-math cost: y = g / (1 + exp(-g)) * u through
-# __expf / __fdividef first, then the precise path only where the two could round to different bf16
-# values.  Against the precise steps (expf <= 2 ulp, IEEE division and products) the fast ones
-# (__expf <= 2 + 1.173|g| ulp, __fdividef <= 2 ulp, CUDA's documented bounds) move y by less than
-# (17 + 2.35|g|) fp32 ulps, under 55 for |g| <= 16; 80 is the margin used.  So when y's low 16 bits
-# sit more than 80 from the bf16 rounding midpoint 0x8000, with |g| <= 16 and y normal and finite,
-# both round alike; otherwise (~0.25% of random elements) the element takes the exact path.
-SILU_MUL = r"""
-__device__ __forceinline__ float tk_silu_mul(float g, float u) {
-  float e, r;   // __expf and __fdividef with subnormals flushed: a bare MUFU each, no range fix-ups
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(g * -1.4426950408889634f));
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(__fadd_rn(1.0f, e)));
-  float y = __fmul_rn(__fmul_rn(g, r), u);
-  unsigned w = (__float_as_uint(y) & 0xFFFFu) - (0x8000u - 32u);
-  float a = fabsf(y);   // & not &&: one predicate chain, no short-circuit branches
-  bool bad = !((w > 64u) & (fabsf(g) <= 16.0f) & (a >= 0x1p-100f) & (a <= 0x1p100f));
-  if (__any_sync(__activemask(), bad)) {   // warp-uniform: no reconvergence barrier on the fast path
-    float z = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
-    y = bad ? z : y;
-  }
-  return y;
-}
-"""
-
-
 def gated_kernel(op: str, dtype: str, vec: int, rows: int | None = None, threads: int | None = None,
-                 raster: str = "rows", fallback: int = 0):
-    """op: "silu_and_mul" (no scalars) or "swiglu" (limit, alpha, beta); raster: kernels_src/_grid.py;
-    fallback: silu_and_mul in bf16 through SILU_MUL (same bits, fewer instructions)."""
+                 raster: str = "rows"):
+    """op: "silu_and_mul" (no scalars) or "swiglu" (limit, alpha, beta); raster: kernels_src/_grid.py."""
     import tilelang.language as T
 
     rows, threads = rows or TUNED[op][0], threads or TUNED[op][1]
-    assert not fallback or (op == "silu_and_mul" and dtype == "bfloat16"), "fallback: bf16 silu_and_mul only"
 
     Tn, N = T.dynamic("T"), T.dynamic("N")
     I = N // 2  # noqa: E741
@@ -96,8 +73,7 @@ def gated_kernel(op: str, dtype: str, vec: int, rows: int | None = None, threads
 
     @T.macro
     def run(x, out, limit, alpha, beta, clamp: bool, scaled: bool):
-        pre = SILU_MUL.replace("if (__any_sync(__activemask(), bad))", "if (0)") if fallback == 2 else SILU_MUL  # SWEEP-ONLY
-        with T.Kernel(*grid, threads=threads, **(dict(prelude=pre) if fallback else {})) as blk:
+        with T.Kernel(*grid, threads=threads) as blk:
             bt, bc = unpack(blk)
             if vec > 1:
                 T.assume(N % (2 * vec) == 0)
@@ -117,9 +93,7 @@ def gated_kernel(op: str, dtype: str, vec: int, rows: int | None = None, threads
                                 gf = T.if_then_else(on and gf > limit, limit, gf)
                                 uf = T.if_then_else(on and uf > limit, limit, uf)
                                 uf = T.if_then_else(on and uf < -limit, -limit, uf)
-                            if fallback:
-                                o[r, e] = T.cast(T.call_extern(f32, "tk_silu_mul", gf, uf), dtype)
-                            elif scaled:
+                            if scaled:
                                 o[r, e] = T.cast(gf / (T.float32(1) + T.exp(-(alpha * gf))) * (uf + beta), dtype)
                             else:
                                 o[r, e] = T.cast(gf / (T.float32(1) + T.exp(-gf)) * uf, dtype)
@@ -192,12 +166,17 @@ def silu_and_mul_backward_kernel(dtype: str, vec: int, rows: int = ROWS, threads
 # silu_and_mul on big calls: (T x I) 8192 x 7168 and up gain 1-4%, 4096 x 7168 and 16384 x 2048
 # lose 1-4% (docs/sweeps/r22.py round 3).
 BIG = "N % 16 == 0 and N >= 4096 and T * N >= 100663296"
+# and on prefill chunks of 4-12.6 M outputs (1024-3000 x 4096, 2048 x 5120): 128-thread CTAs,
+# 0.96-0.97 -> 0.975-0.985x torch.compile; from 3000 x 5120 up the 256-thread CTAs stay ahead
+# (docs/sweeps/r23.py rounds 2-3).
+MID = "N % 16 == 0 and T * N >= 8388608 and T * N <= 25165824"
 
 
 def _variants(op):
-    big = (Variant({"op": op, "dtype": d, "vec": 8, "rows": 3, "raster": "flat"}, rule=BIG, priority=20)
-           for d in DTYPES) if op == "silu_and_mul" else ()
-    return tuple(big) + tuple(v for d in DTYPES for v in (
+    sized = tuple(v for d in DTYPES for v in (
+        Variant({"op": op, "dtype": d, "vec": 8, "rows": 3, "raster": "flat"}, rule=BIG, priority=20),
+        Variant({"op": op, "dtype": d, "vec": 8, "threads": 128}, rule=MID, priority=15))) if op == "silu_and_mul" else ()
+    return sized + tuple(v for d in DTYPES for v in (
         Variant({"op": op, "dtype": d, "vec": 8}, rule="N % 16 == 0", priority=10),
         Variant({"op": op, "dtype": d, "vec": 1}, rule="N % 2 == 0")))
 

@@ -4,7 +4,8 @@ y = x * rsqrt(mean(x^2) + eps) * w, accumulated in fp32 and rounded once to x's 
 per token row; tokens M are symbolic.
 
 Hidden sizes: the sizes in HIDDEN get kernels with N baked in, so a row lives in registers and is
-read once.  Every other N with N % 8 == 0 (2880, 3584, 6144, 12288, 16384, ...) runs the any-N
+read once (4096-7168, WPRE: the any-N resident-row code below at that fixed N, the weight loaded
+with the row).  Every other N with N % 8 == 0 (2880, 3584, 6144, 12288, 16384, ...) runs the any-N
 kernels (`N=0` variants, lower priority): for RESIDENT_FROM < N <= ANY_N_RESIDENT the row is
 loaded in 16-byte slots into registers and read once, like the static kernels; otherwise pass 1
 streams the row summing squares and pass 2 re-reads it (from L2) and writes.  Their sum order differs from the
@@ -21,21 +22,29 @@ BWD_ROWS = 16   # rows per CTA in the backward: fewer partial dw rows to reduce
 # thread, 56-82 registers); shorter rows use the two-pass kernel (34 registers, twice the CTAs
 # per SM), which measured faster there on the H200 (3584: 87% of copy vs 75%); longer ones too.
 RESIDENT_FROM, ANY_N_RESIDENT = 8192, 16384
+# Forward hidden sizes on the resident-row kernel (8 bf16 per 16-byte slot, 256 threads) with the
+# weight loaded with the row instead of after the row's reduction; the T.Parallel kernels (8-byte
+# accesses, the weight read after the barrier) measured 3-14% slower at 1024-4096 tokens and within
+# 1% at 16384 (docs/sweeps/r23n.py).
+WPRE = (4096, 5120, 7168)
 
 
 def _threads(n: int) -> int:
     return 256 if n >= 4096 else 128
 
 
-def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll: int = 2, wpre: int = 0):
-    """rms_norm / fused_add_rms_norm for a symbolic N (N % 8 == 0), one CTA per row.
+def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll: int = 2, wpre: int = 0, n: int = 0):
+    """rms_norm / fused_add_rms_norm for a symbolic N (N % 8 == 0), or for N = n when n > 0; one
+    CTA per row.
 
     max_n > 0: the row stays in registers (max_n / (threads * 8) 16-byte slots per thread), read
-    once.  max_n == 0: any N, two passes (sum of squares, then re-read and write).
+    once.  max_n == 0: any N, two passes (sum of squares, then re-read and write).  wpre: the
+    weight slices load with the row, before the reduction's barrier (resident rows only).
     """
     import tilelang.language as T
 
-    M, N = T.dynamic("M"), T.dynamic("N")
+    assert not wpre or max_n, "wpre: resident rows only"
+    M, N = T.dynamic("M"), (n or T.dynamic("N"))
     vec, warps, f32 = 8, threads // 32, "float32"
     chunk = threads * vec                        # columns one 16-byte slot per thread covers
     slots = max_n // chunk if max_n else unroll
@@ -72,7 +81,8 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
     @T.macro
     def run(x, residual, weight, out, eps):
         with T.Kernel(M, threads=threads) as row:
-            T.assume(N % vec == 0)
+            if not n:
+                T.assume(N % vec == 0)
             tx = T.get_thread_binding()
             red = T.alloc_shared((warps,), f32)
             a = T.alloc_local((slots, vec), dtype)
@@ -138,8 +148,8 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
 def rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0, wpre: int = 0):
     import tilelang.language as T
 
-    if N == 0:
-        return _any_n_kernel(dtype, threads, fused=False, max_n=max_n, wpre=wpre)
+    if N == 0 or wpre:
+        return _any_n_kernel(dtype, threads, fused=False, max_n=max_n, wpre=wpre, n=N)
     M = T.dynamic("M")
 
     @T.prim_func
@@ -164,8 +174,8 @@ def fused_add_rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int
     """residual <- x + residual (rounded); x <- rms_norm(residual) * w: both in place."""
     import tilelang.language as T
 
-    if N == 0:
-        return _any_n_kernel(dtype, threads, fused=True, max_n=max_n, wpre=wpre)
+    if N == 0 or wpre:
+        return _any_n_kernel(dtype, threads, fused=True, max_n=max_n, wpre=wpre, n=N)
     M = T.dynamic("M")
 
     @T.prim_func
@@ -241,9 +251,18 @@ def rms_norm_backward_kernel(N: int, dtype: str, threads: int = 128):
     return rms_norm_backward
 
 
+def _static(n: int, d: str, forward: bool) -> dict:
+    """A HIDDEN size's kernel: 4096-7168 forward, the resident-row kernel at N = n with the weight
+    loaded before the barrier (16-byte slots); the rest, T.Parallel code."""
+    if forward and n in WPRE:
+        return {"N": n, "dtype": d, "threads": 256, "max_n": -(-n // 2048) * 2048, "wpre": 1}
+    return {"N": n, "dtype": d, "threads": _threads(n)}
+
+
 def _variants(any_n: bool = False):
-    """Static N per HIDDEN size; with any_n, then the N=0 kernels for every other N % 8 == 0."""
-    static = tuple(Variant({"N": n, "dtype": d, "threads": _threads(n)}) for n in HIDDEN for d in DTYPES)
+    """Static N per HIDDEN size; with any_n (the forward ops), then the N=0 kernels for every
+    other N % 8 == 0."""
+    static = tuple(Variant(_static(n, d, any_n)) for n in HIDDEN for d in DTYPES)
     if not any_n:
         return static
     return static + tuple(v for d in DTYPES for v in (

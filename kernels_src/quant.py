@@ -235,7 +235,7 @@ LANES = {"uint8": 2, "float16": 8, "int32": 8}
 
 
 def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unaligned: int = 0, raster: str = "rows",
-                     lanes: int = 2, minb: int = 0, il: int = 0):
+                     lanes: int = 2):
     """x[B, M, N] -> out[B, N, M]; a thread moves an R-row x 16-byte block (R x C elements).
 
     The R x 16-byte block lives in 32-bit words and moves by PRMT (one byte-permute instruction
@@ -263,8 +263,6 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unali
     def batched_transpose(x: T.Tensor((B, M, N), dtype), out: T.Tensor((B, N, M), dtype)):
         with T.Kernel(*grid, B, threads=threads,
                       prelude=PRELUDE + UNALIGNED if unaligned else PRELUDE) as blk:
-            if minb:                           # __launch_bounds__(threads, minb)
-                T.annotate_min_blocks_per_sm(minb)
             bm, bn, bb = unpack(blk)
             tx = T.get_thread_binding()
             m0 = bm * tm + (tx % 32) // lanes * rows
@@ -277,16 +275,7 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unali
                         T.call_extern("handle", "tk_ld16u", T.address_of(x[bb, m0 + r, n0]), T.address_of(a[r * 4]))
                     else:
                         a[T.Ramp(r * 4, 1, 4)] = T.ldg128(x[bb, m0 + r, n0])
-                if il and not unaligned and nbytes == 2:   # column by column: each stored as soon as built
-                    for c in T.unroll(cols):
-                        for h in T.unroll(ow):
-                            o[c * ow + h] = _prmt(T, a[(2 * h) * 4 + c // 2], a[(2 * h + 1) * 4 + c // 2],
-                                                  0x5410 if c % 2 == 0 else 0x7632)
-                        if ow == 4:
-                            T.stg128(out[bb, n0 + c, m0], o[T.Ramp(c * 4, 1, 4)])
-                        else:
-                            T.stg64(out[bb, n0 + c, m0], o[T.Ramp(c * 2, 1, 2)])
-                for w in T.unroll(0 if il and not unaligned and nbytes == 2 else 4):
+                for w in T.unroll(4):
                     for h in T.unroll(ow):
                         if nbytes == 1:        # rows 4h..4h+3, columns 4w..4w+3
                             y = _t4x4(T, a, 16 * h + w, 4)
@@ -299,7 +288,7 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unali
                             o[(2 * w + 1) * ow + h] = _prmt(T, a[(2 * h) * 4 + w], a[(2 * h + 1) * 4 + w], 0x7632)
                         else:
                             o[w * ow + h] = a[h * 4 + w]
-                if not unaligned and not (il and nbytes == 2):   # (unaligned: below, where the whole warp shuffles)
+                if not unaligned:             # (unaligned: below, where the whole warp shuffles)
                     for c in T.unroll(cols):
                         if ow == 4:
                             T.stg128(out[bb, n0 + c, m0], o[T.Ramp(c * 4, 1, 4)])

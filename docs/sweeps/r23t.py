@@ -32,6 +32,12 @@ CFGS = [dict(lanes=4, threads=128), dict(lanes=4, threads=128, minb=8), dict(lan
         dict(lanes=4, threads=128, minb=10), dict(lanes=4, threads=128, il=1, minb=10), dict(lanes=4, threads=128, il=1, minb=12),
         dict(lanes=4, threads=128, il=1, minb=16), dict(lanes=8), dict(lanes=8, il=1, minb=4), dict(lanes=8, il=1, minb=6)]
 SHAPES = tuple((m, n) for m in (1024, 2048, 3000, 4096) for n in (4096, 5120, 7168)) + ((16384, 7168), (8192, 16384))
+# Round 2 (/work/.device/5, 50 checks; of torch.compile, 1024 / 2048 / 3000 / 4096 rows x 4096,
+# 5120, 7168): more CTAs a SM lost everywhere: minb 12 (40 registers) 0.75-0.97, minb 16 (32, spills)
+# 0.60-0.82; minb 8 (64) within +-4% of shipped (2048 x 4096 1.045 vs 0.961, 4096 x 7168 0.943 vs
+# 0.965); il + minb 10 (48) 0.86-1.06 (3000 x 7168 0.862 vs 0.904).  Nothing moved 3000 x 5120 /
+# 3000 x 7168 (0.96 / 0.90): the mid-size 2-byte transpose stays as it was; `il` and `minb` were
+# removed from transpose_kernel (`git show 5a7498d:kernels_src/quant.py` has them).
 
 
 def specs():

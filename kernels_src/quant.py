@@ -7,7 +7,8 @@ reads its input once, keeps it in registers and rounds each output once; the Swi
 FP8 family's fast-math silu (kernels_src/fp8.py says why and what it costs in exactness).
 
 Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruction a word):
-- batched_transpose: no shared memory.  A thread loads an R x C block (R rows, one C-element
+- batched_transpose, 2-byte elements at aligned pitches: 64 x 64 shared-memory tiles, 16-byte
+  vectors both ways (_tile_transpose).  Otherwise no shared memory: a thread loads an R x C block (R rows, one C-element
   16-byte vector each) into 32-bit words, transposes it by PRMT and stores C vectors of R
   elements.  Lanes go in pairs along a row (the pair reads one full 32-byte sector per row) and
   16 pairs down the rows, so a warp's store writes 16 consecutive R-element pieces of an output
@@ -35,7 +36,7 @@ Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruc
   32-bit stores) per 8 values.
 
 Measured on the H200 (BENCHMARKS.md, % of copy at 16384 x 7168 / 8192 x 16384; tuning history in
-docs/quant-tuning.md): transpose 1-byte 88%, 2-byte 93%, 4-byte 92%, per-channel 94 / 96%, its
+docs/quant-tuning.md): transpose 1-byte 87%, 2-byte 93-94% (shared-memory tiles), 4-byte 92%, per-channel 94 / 96%, its
 _transpose 98 / 99%, + SwiGLU 95%, SwiGLU backward 96-99%, FP4 quant 96-97%, FP4 dequant 92%, E5M6
 95 / 94%, E5M6 dequant 98%, per-channel dequant 93-95%.
 
@@ -228,14 +229,56 @@ def _t4x4(T, src, i0, step):
 # ---- transpose -----------------------------------------------------------------------------------
 # element size -> (kernel dtype, R rows per thread = store vector, C columns = load vector)
 TRANSPOSE = {1: ("uint8", 8, 16), 2: ("float16", 8, 8), 4: ("int32", 4, 4)}
-# aligned kernels' lanes along a row: 8 (128-byte row reads) for 2- and 4-byte elements, +2-4% of
-# copy; 1-byte elements at 8 lanes need 16 rows a lane (16-byte output pieces): M % 16 == 0 runs
+# aligned kernels' lanes along a row (2-byte elements at aligned pitches: _tile_transpose): 8
+# (128-byte row reads) for 4-byte elements, +2-4% of copy; 1-byte elements at 8 lanes need 16 rows a lane (16-byte output pieces): M % 16 == 0 runs
 # that kernel on 128 threads, +3-7% (docs/sweeps/r21.py)
-LANES = {"uint8": 2, "float16": 8, "int32": 8}
+LANES = {"uint8": 2, "int32": 8}
 
 
-def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unaligned: int = 0, raster: str = "rows",
-                     lanes: int = 2):
+def _tile_transpose(bm: int, bn: int, threads: int):
+    """2-byte x[B, M, N] -> out[B, N, M] through a bm x bn shared-memory tile (M % 8 == 0 and
+    N % 8 == 0): each thread loads 16-byte row vectors into the tile (16-bit values as 32-bit
+    words, 16-byte chunks XOR-swizzled by the row's 8-row group, so the column reads below hit 16
+    distinct banks), then after one barrier gathers 8 values down a column (8 word reads, 4 PRMT)
+    and stores one 16-byte output vector; a warp's store writes bm * 2 bytes of each of
+    32 / (bm / 8) output rows."""
+    import tilelang.language as T
+
+    B, M, N = T.dynamic("B"), T.dynamic("M"), T.dynamic("N")
+    cpr = bn // 8                           # 16-byte chunks a tile row
+    v = bm * bn // 8 // threads             # vectors a thread, each way
+    assert v * threads * 8 == bm * bn
+
+    @T.prim_func
+    def batched_transpose(x: T.Tensor((B, M, N), "float16"), out: T.Tensor((B, N, M), "float16")):
+        with T.Kernel(T.ceildiv(M, bm), T.ceildiv(N, bn), B, threads=threads, prelude=PRELUDE) as (bx, by, bb):
+            tile = T.alloc_shared((bm * bn // 2,), "uint32")
+            w = T.alloc_local((8,), "uint32")
+            o = T.alloc_local((4,), "uint32")
+            tx = T.get_thread_binding()
+            m0, n0 = bx * bm, by * bn
+            for k in T.unroll(v):
+                q = tx + k * threads
+                i, cv = q // cpr, q % cpr           # tile row, its chunk
+                if m0 + i < M and n0 + cv * 8 < N:
+                    tile[T.Ramp(i * (bn // 2) + (cv ^ ((i // 8) % cpr)) * 4, 1, 4)] = T.ldg128(x[bb, m0 + i, n0 + cv * 8])
+            T.sync_threads()
+            for k in T.unroll(v):
+                q = tx + k * threads
+                j, mv = q // (bm // 8), q % (bm // 8)      # output row n0 + j, its vector mv
+                if m0 + mv * 8 < M and n0 + j < N:
+                    for e in T.unroll(8):
+                        r = mv * 8 + e
+                        w[e] = tile[r * (bn // 2) + ((j // 8) ^ ((r // 8) % cpr)) * 4 + (j % 8) // 2]
+                    for h in T.unroll(4):                # the j-th 16-bit half of each pair of words
+                        o[h] = _prmt(T, w[2 * h], w[2 * h + 1], T.if_then_else(j % 2 == 0, T.uint32(0x5410), T.uint32(0x7632)))
+                    T.stg128(out[bb, n0 + j, m0 + mv * 8], o[T.Ramp(0, 1, 4)])
+
+    return batched_transpose
+
+
+def transpose_kernel(dtype: str, rows: int = 8, cols: int = 8, threads: int = 256, unaligned: int = 0, raster: str = "rows",
+                     lanes: int = 2, tile: int = 0):
     """x[B, M, N] -> out[B, N, M]; a thread moves an R-row x 16-byte block (R x C elements).
 
     The R x 16-byte block lives in 32-bit words and moves by PRMT (one byte-permute instruction
@@ -248,8 +291,14 @@ def transpose_kernel(dtype: str, rows: int, cols: int, threads: int = 256, unali
     1.0-1.8x torch.compile at odd sizes (docs/sweeps/transpose_unaligned.py, docs/quant-tuning.md).
     lanes: lanes along a row (a warp's load reads 16 * lanes bytes of 32 / lanes rows; its store
     writes 32 / lanes consecutive R-element pieces of lanes output rows); aligned pitches only.
+    tile: 2-byte elements at aligned pitches through a tile x tile shared-memory tile instead
+    (_tile_transpose; rows, cols, lanes unused).
     """
     import tilelang.language as T
+
+    if tile:
+        assert dtype == "float16" and not unaligned
+        return _tile_transpose(tile, tile, threads)
 
     B, M, N = T.dynamic("B"), T.dynamic("M"), T.dynamic("N")
     nbytes = 16 // cols
@@ -1070,14 +1119,15 @@ SPECS = (
         factory=transpose_kernel,
         variants=(Variant(dict(dtype="uint8", rows=16, cols=16, lanes=8, threads=128),
                           rule="B <= 65535 and M % 16 == 0 and N % 16 == 0", priority=3),
-                  # 2-byte, up to ~22 M elements (prefill-chunk sizes): 64 x 128 tiles on 128 threads,
-                  # 128-byte output pieces: 0.82-0.96 -> 0.90-1.06x torch.compile, same at 4096 x 4096
-                  # (docs/sweeps/r22t.py; larger calls keep the 32 x 512 tile, 4% ahead there)
-                  Variant(dict(dtype="float16", rows=8, cols=8, lanes=4, threads=128),
-                          rule="B <= 65535 and M % 8 == 0 and N % 8 == 0 and B * M * N <= 23068672", priority=3))
+                  # 2-byte at aligned pitches: 64 x 64 shared-memory tiles on 256 threads; against the
+                  # register transposes it replaced (64 x 128 up to 22 M elements, 32 x 512 above)
+                  # 0.90-1.07 -> 1.03-1.12x torch.compile at 1024-4096 x 4096-7168, 0.92 -> 0.95 of a
+                  # copy at 16384 x 7168 / 8192 x 16384 (docs/sweeps/r23s.py)
+                  Variant(dict(dtype="float16", tile=64, threads=256), rule="B <= 65535 and M % 8 == 0 and N % 8 == 0",
+                          priority=3))
         + tuple(Variant(dict(dtype=d, rows=r, cols=c, **({"lanes": LANES[d]} if LANES[d] != 2 else {})),
                                rule=f"B <= 65535 and M % {r} == 0 and N % {c} == 0", priority=2)
-                       for d, r, c in TRANSPOSE.values())
+                       for d, r, c in TRANSPOSE.values() if d != "float16")
         # unaligned M, aligned N: 128 threads measured 5-11% ahead for 1- and 2-byte elements
         + tuple(Variant(dict(dtype=d, rows=r, cols=c, threads=128, unaligned=1), rule=f"B <= 65535 and N % {c} == 0",
                         priority=1) for d, r, c in TRANSPOSE.values() if d != "int32")

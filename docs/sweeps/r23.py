@@ -13,7 +13,7 @@ import pathlib
 import sys
 
 sys.path.append(str(pathlib.Path(__file__).resolve().parents[2]))   # after site-packages: the installed tkreg
-from tkreg.spec import OpSpec, Scalar, Variant  # noqa: E402
+sys.path.append(str(pathlib.Path(__file__).resolve().parent))      # sweep_check
 
 # Round 1 (/work/.device/1 of the 23rd session; of a copy / of torch.compile): the fallback (cfg 1,
 # 55 checks bit-exact) no faster than the shipped kernel (1024 x 4096 1.036 vs 1.030, 3000 x 4096
@@ -40,20 +40,17 @@ FAST = (5,)                   # not exact: timing only
 # fallback behind a vote on the big-call layout 0.995-0.998 at the big shapes (shipped BIG: the
 # same).  Ships: 128-thread CTAs for T * N of 2^23 .. 3 * 2^23 (kernels_src/activation.py MID);
 # the fallback (`fallback` = SILU_MUL) was removed from the kernel: `git show 5a7498d:kernels_src/
-# activation.py` has it, and this file's CFGS build against that revision only.
+# activation.py` has it: build these CFGS with that revision's kernels_src/activation.py.
 SHAPES = tuple((t, i) for t in (1024, 2048, 3000, 4096) for i in (4096, 5120, 7168)) + (
     (16384, 14336), (8192, 18432), (16384, 7168), (65536, 1408))
 
 
 def specs():
     from kernels_src import activation as A
+    from sweep_check import sweep_op
     spec = next(s for s in A.SPECS if s.name == "tkreg.silu_and_mul")
-    t = spec.tensors
-    x = type(t[0])(t[0].name, t[0].shape, dtypes=("bfloat16",))
-    return (OpSpec(name="sw.silu", doc=spec.doc, tensors=(x,) + t[1:], scalars=(Scalar("cfg", "int32", 0),),
-                   factory=spec.factory, archs=("sm_90a",), reference=spec.reference,
-                   variants=tuple(Variant(dict(c, op="silu_and_mul", dtype="bfloat16", vec=8),
-                                          rule=f"cfg == {i} and N % 16 == 0") for i, c in enumerate(CFGS))),)
+    return (sweep_op("sw.silu", spec, spec.factory, CFGS, "N % 16 == 0", "bfloat16",
+                     extra=lambda c: dict(op="silu_and_mul", dtype="bfloat16", vec=8)),)
 
 
 def inputs(torch):
@@ -79,8 +76,8 @@ def run(out: str):
     import torch
     import tkreg
     from tkreg import reference
-    from tkreg.bench.timing import compiled, rotations
-    from sweep_check import cfg_row, diff   # a sibling module (this folder is on sys.path)
+    from tkreg.bench.timing import compiled
+    from sweep_check import diff, sweep_rows   # a sibling module (this folder is on sys.path)
     res = {"checks": [], "rows": []}
     for name, x in inputs(torch):
         want = tkreg.call("sw.silu", x, cfg=0)
@@ -90,12 +87,9 @@ def run(out: str):
             res["checks"].append(dict(x=name, cfg=c, **({"fast_diff": d} if c in FAST else {"d": d})))
     print("checks", len(res["checks"]), "bad", [r for r in res["checks"] if r.get("d")], flush=True)
     print("fast-math diffs", [(r["x"], r["fast_diff"]) for r in res["checks"] if "fast_diff" in r], flush=True)
-    comp = compiled(reference.silu_and_mul)
-    for t, i in SHAPES:
-        nbytes = 6 * t * i
-        sets = rotations(lambda: (torch.randn(t, 2 * i, dtype=torch.bfloat16, device="cuda"),), nbytes)
-        res["rows"].append(cfg_row("sw.silu", len(CFGS), comp, sets, nbytes, (t, i)))
-        del sets
+    res["rows"] = sweep_rows("sw.silu", len(CFGS), compiled(reference.silu_and_mul), SHAPES,
+                             lambda s: (torch.randn(s[0], 2 * s[1], dtype=torch.bfloat16, device="cuda"),),
+                             lambda s: 6 * s[0] * s[1])
     json.dump(res, open(out, "w"), indent=1)
 
 

@@ -72,8 +72,8 @@ def run(out: str):
     import torch
     import tkreg
     from tkreg import reference
-    from tkreg.bench.timing import compiled, rotations
-    from sweep_check import cfg_row   # a sibling module (this folder is on sys.path)
+    from tkreg.bench.timing import compiled
+    from sweep_check import sweep_rows   # a sibling module (this folder is on sys.path)
     bf = torch.bfloat16
     res = {"checks": [], "rows": []}
     torch.manual_seed(0)
@@ -96,15 +96,13 @@ def run(out: str):
                 res["checks"].append(dict(m=m, n=n, cfg=c, rn=ulps(got, ref), fa_x=ulps(fx, rx), fa_r=ulps(fr, rr)))
     print("checks", len(res["checks"]), "worst", max(max(r["rn"], r["fa_x"], r["fa_r"]) for r in res["checks"]),
           "residual exact", all(r["fa_r"] == 0 for r in res["checks"]), flush=True)
-    comp, comp_add = compiled(reference.rms_norm), compiled(reference.fused_add_rms_norm)
-    for m, n in SHAPES:
-        sets = rotations(lambda: (torch.randn(m, n, dtype=bf, device="cuda"), torch.randn(n, dtype=bf, device="cuda")),
-                         4 * m * n)
-        res["rows"].append(dict(op="rms_norm", **cfg_row("sw.rn", NCFG, comp, sets, 4 * m * n, (m, n))))
-        sets = rotations(lambda: (torch.randn(m, n, dtype=bf, device="cuda"), torch.randn(m, n, dtype=bf, device="cuda"),
-                                  torch.randn(n, dtype=bf, device="cuda")), 8 * m * n)
-        res["rows"].append(dict(op="fused_add", **cfg_row("sw.fa", NCFG, comp_add, sets, 8 * m * n, (m, n))))
-        del sets
+    def rnd(*shape):
+        return torch.randn(*shape, dtype=bf, device="cuda")
+
+    for op, ref, make, nb in (("sw.rn", reference.rms_norm, lambda s: (rnd(*s), rnd(s[1])), 4),
+                              ("sw.fa", reference.fused_add_rms_norm, lambda s: (rnd(*s), rnd(*s), rnd(s[1])), 8)):
+        res["rows"] += [dict(op=op, **r) for r in sweep_rows(op, NCFG, compiled(ref), SHAPES, make,
+                                                             lambda s, nb=nb: nb * s[0] * s[1])]
     json.dump(res, open(out, "w"), indent=1)
 
 

@@ -10,12 +10,11 @@ Build:
       --out .ab/r23t/pack --cache /tmp/gwscache -j 2
 Run (cwd outside the repo, sweep_check.py beside it): TKREG_PACKS=pack python3 r23t.py OUT.json
 """
-import json
 import pathlib
 import sys
 
 sys.path.append(str(pathlib.Path(__file__).resolve().parents[2]))   # after site-packages: the installed tkreg
-from tkreg.spec import OpSpec, Scalar, Variant  # noqa: E402
+sys.path.append(str(pathlib.Path(__file__).resolve().parent))      # sweep_check
 
 BASE = dict(dtype="float16", rows=8, cols=8)
 ROUND1 = [dict(lanes=4, threads=128), dict(lanes=8, threads=32), dict(lanes=8, threads=64), dict(lanes=4, threads=32),
@@ -37,43 +36,19 @@ SHAPES = tuple((m, n) for m in (1024, 2048, 3000, 4096) for n in (4096, 5120, 71
 # 0.60-0.82; minb 8 (64) within +-4% of shipped (2048 x 4096 1.045 vs 0.961, 4096 x 7168 0.943 vs
 # 0.965); il + minb 10 (48) 0.86-1.06 (3000 x 7168 0.862 vs 0.904).  Nothing moved 3000 x 5120 /
 # 3000 x 7168 (0.96 / 0.90): the mid-size 2-byte transpose stays as it was; `il` and `minb` were
-# removed from transpose_kernel (`git show 5a7498d:kernels_src/quant.py` has them).
+# removed from transpose_kernel: build these CFGS with `git show 5a7498d:kernels_src/quant.py`.
 
 
 def specs():
     from kernels_src import quant as Q
+    from sweep_check import sweep_op
     spec = next(s for s in Q.SPECS if s.name == "tkreg.batched_transpose")
-    t = spec.tensors
-    x = type(t[0])(t[0].name, t[0].shape, dtypes=("float16",))
-    return (OpSpec(name="sw.tr2", doc=spec.doc, tensors=(x,) + t[1:], scalars=(Scalar("cfg", "int32", 0),),
-                   factory=spec.factory, archs=("sm_90a",), reference=spec.reference,
-                   variants=tuple(Variant(dict(BASE, **c), rule=f"cfg == {i} and M % 8 == 0 and N % 8 == 0")
-                                  for i, c in enumerate(CFGS))),)
+    return (sweep_op("sw.tr2", spec, spec.factory, [dict(BASE, **c) for c in CFGS], "M % 8 == 0 and N % 8 == 0", "float16"),)
 
 
 def run(out: str):
-    import torch
-    import tkreg
-    from tkreg import reference
-    from tkreg.bench.timing import compiled, rotations
-    from sweep_check import cfg_row   # a sibling module (this folder is on sys.path)
-    res = {"checks": [], "rows": []}
-    torch.manual_seed(0)
-    for b, m, n in ((1, 8, 8), (1, 40, 1416), (3, 3000, 264), (1, 4104, 2056), (2, 1024, 7168)):
-        x = torch.randn(b, m, n, device="cuda").half()
-        want = tkreg.call("sw.tr2", x, cfg=0)
-        res["checks"].append(dict(m=m, n=n, cfg=0, d=int((want != x.transpose(1, 2)).sum())))
-        for c in range(1, len(CFGS)):
-            got = tkreg.call("sw.tr2", x, cfg=c)
-            res["checks"].append(dict(m=m, n=n, cfg=c, d=int((got.view(torch.int16) != want.view(torch.int16)).sum())))
-    print("checks", len(res["checks"]), "bad", [r for r in res["checks"] if r["d"]], flush=True)
-    comp = compiled(reference.batched_transpose)
-    for m, n in SHAPES:
-        nbytes = 4 * m * n
-        sets = rotations(lambda: (torch.randn(1, m, n, device="cuda").half(),), nbytes)
-        res["rows"].append(cfg_row("sw.tr2", len(CFGS), comp, sets, nbytes, (m, n)))
-        del sets
-    json.dump(res, open(out, "w"), indent=1)
+    from sweep_check import transpose_sweep   # a sibling module (this folder is on sys.path)
+    transpose_sweep("sw.tr2", CFGS, SHAPES, out)
 
 
 if __name__ == "__main__":

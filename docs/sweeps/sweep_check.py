@@ -62,3 +62,48 @@ def cfg_row(op: str, ncfg: int, comp, sets, nbytes: int, shape) -> dict:
                vs_compile={n: ms[-1] / v for n, v in zip(names, ms)}, copy_ms=copy)
     print(row["shape"], " ".join(f"{n}:{v:.3f}/{row['vs_compile'][n]:.3f}" for n, v in row["of_copy"].items()), flush=True)
     return row
+
+
+def sweep_rows(op: str, ncfg: int, comp, shapes, make, nbytes_of) -> list:
+    """cfg_row for each shape: input sets from make(shape) rotated past L2, nbytes_of(shape) moved."""
+    from tkreg.bench.timing import rotations
+    rows = []
+    for shape in shapes:
+        nbytes = nbytes_of(shape)
+        sets = rotations(lambda: make(shape), nbytes)
+        rows.append(cfg_row(op, ncfg, comp, sets, nbytes, shape))
+        del sets
+    return rows
+
+
+def sweep_op(name: str, base, factory, cfgs, rule: str, dtype: str, extra=None):
+    """A sweep OpSpec: `base` (a shipped OpSpec) narrowed to `dtype`, one variant per cfg (rule
+    `cfg == i and <rule>`), the `cfg` scalar added, sm_90a only; extra(c) adds params per cfg."""
+    from tkreg.spec import OpSpec, Scalar, Variant
+    t = base.tensors
+    x = type(t[0])(t[0].name, t[0].shape, dtypes=(dtype,), role=t[0].role)
+    return OpSpec(name=name, doc=base.doc, tensors=(x,) + t[1:], scalars=base.scalars + (Scalar("cfg", "int32", 0),),
+                  factory=factory, archs=("sm_90a",), reference=base.reference,
+                  variants=tuple(Variant(dict(c, **(extra(c) if extra else {})), rule=f"cfg == {i} and {rule}")
+                                 for i, c in enumerate(cfgs)))
+
+
+def transpose_sweep(op: str, cfgs, shapes, out: str, cases=((1, 8, 8), (1, 40, 1416), (3, 3000, 264), (1, 4104, 2056),
+                                                             (2, 1024, 7168), (1, 3000, 7168), (1, 72, 24))):
+    """Run a 2-byte transpose sweep: every cfg bit for bit against x.transpose(1, 2), then timed in
+    turn beside torch.compile of the reference and a same-size copy; JSON to `out`."""
+    import json
+    import tkreg
+    from tkreg import reference
+    from tkreg.bench.timing import compiled
+    res = {"checks": [], "rows": []}
+    torch.manual_seed(0)
+    for b, m, n in cases:
+        x = torch.randn(b, m, n, device="cuda").half()
+        want = x.transpose(1, 2).contiguous()
+        for c in range(len(cfgs)):
+            res["checks"].append(dict(m=m, n=n, cfg=c, d=diff(tkreg.call(op, x, cfg=c), want)))
+    print("checks", len(res["checks"]), "bad", [r for r in res["checks"] if r["d"]], flush=True)
+    res["rows"] = sweep_rows(op, len(cfgs), compiled(reference.batched_transpose), shapes,
+                             lambda s: (torch.randn(1, *s, device="cuda").half(),), lambda s: 4 * s[0] * s[1])
+    json.dump(res, open(out, "w"), indent=1)

@@ -41,8 +41,8 @@ NCFG = 5
 # all within 1% (rms_norm 0.989-0.992 of a copy at 7168, fused 0.958-0.967).  cfg1 (no wpre) at or
 # below cfg0; cfg3 (512 threads) 3-15% behind.  Ships: cfg2 at N = 4096, 5120, 7168 (norm.py WPRE).
 # The bench (`python -m tkreg bench --ops norm`, same wheel) then showed N = 5120 / 7168 rows 3-10%
-# faster and N = 4096 unchanged: its copy, tkreg and torch.compile times are taken one after another,
-# this sweep's in turn (fused 4096 x 4096: bench 0.88 of a copy, here 1.04 for the same kernel).
+# faster and N = 4096 unchanged (fused 4096 x 4096: bench 0.88 of a copy, here 1.04 for the same
+# kernel; r23_samesize.py shows timing order is not why: docs/quant-tuning.md, 23rd session).
 SHAPES = tuple((m, n) for m in (1024, 2048, 3000, 4096) for n in NS) + ((16384, 7168), (16384, 4096))
 
 

@@ -8,9 +8,9 @@ FP8 family's fast-math silu (kernels_src/fp8.py says why and what it costs in ex
 
 Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruction a word):
 - batched_transpose, 2-byte elements at aligned pitches: 64 x 64 shared-memory tiles, 16-byte
-  vectors both ways (_tile_transpose).  Otherwise no shared memory: a thread loads an R x C block (R rows, one C-element
-  16-byte vector each) into 32-bit words, transposes it by PRMT and stores C vectors of R
-  elements.  Lanes go in pairs along a row (the pair reads one full 32-byte sector per row) and
+  vectors both ways (_tile_transpose).  Otherwise no shared memory: a thread loads an R x C
+  block (R rows, one C-element 16-byte vector each) into 32-bit words, transposes it by PRMT and
+  stores C vectors of R elements.  Lanes go in pairs along a row (the pair reads one full 32-byte sector per row) and
   16 pairs down the rows, so a warp's store writes 16 consecutive R-element pieces of an output
   row; the aligned kernels run 8 lanes along a row (whole 128-byte row reads; 1-byte elements then
   at 16 rows a lane, so an output piece stays 16 bytes).  One kernel per element size (1, 2, 4 bytes: the typed op views other dtypes of that size
@@ -36,9 +36,9 @@ Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruc
   32-bit stores) per 8 values.
 
 Measured on the H200 (BENCHMARKS.md, % of copy at 16384 x 7168 / 8192 x 16384; tuning history in
-docs/quant-tuning.md): transpose 1-byte 87%, 2-byte 93-94% (shared-memory tiles), 4-byte 92%, per-channel 94 / 96%, its
-_transpose 98 / 99%, + SwiGLU 95%, SwiGLU backward 96-99%, FP4 quant 96-97%, FP4 dequant 92%, E5M6
-95 / 94%, E5M6 dequant 98%, per-channel dequant 93-95%.
+docs/quant-tuning.md): transpose 1-byte 87%, 2-byte 93-94% (shared-memory tiles), 4-byte 92%,
+per-channel 94 / 96%, its _transpose 98 / 99%, + SwiGLU 95%, SwiGLU backward 96-99%, FP4 quant
+96-97%, FP4 dequant 92%, E5M6 95 / 94%, E5M6 dequant 98%, per-channel dequant 93-95%.
 
 Grid order (kernels_src/_grid.py; docs/sweeps/raster.py on the H200): the row-streaming kernels
 (the dequants, SwiGLU backward) run one flat grid with column blocks fastest, so the CTAs resident
@@ -230,8 +230,9 @@ def _t4x4(T, src, i0, step):
 # element size -> (kernel dtype, R rows per thread = store vector, C columns = load vector)
 TRANSPOSE = {1: ("uint8", 8, 16), 2: ("float16", 8, 8), 4: ("int32", 4, 4)}
 # aligned kernels' lanes along a row (2-byte elements at aligned pitches: _tile_transpose): 8
-# (128-byte row reads) for 4-byte elements, +2-4% of copy; 1-byte elements at 8 lanes need 16 rows a lane (16-byte output pieces): M % 16 == 0 runs
-# that kernel on 128 threads, +3-7% (docs/sweeps/r21.py)
+# (128-byte row reads) for 4-byte elements, +2-4% of copy; 1-byte elements at 8 lanes need 16
+# rows a lane (16-byte output pieces): M % 16 == 0 runs that kernel on 128 threads, +3-7%
+# (docs/sweeps/r21.py)
 LANES = {"uint8": 2, "int32": 8}
 
 
@@ -261,7 +262,8 @@ def _tile_transpose(bm: int, bn: int, threads: int):
                 q = tx + k * threads
                 i, cv = q // cpr, q % cpr           # tile row, its chunk
                 if m0 + i < M and n0 + cv * 8 < N:
-                    tile[T.Ramp(i * (bn // 2) + (cv ^ ((i // 8) % cpr)) * 4, 1, 4)] = T.ldg128(x[bb, m0 + i, n0 + cv * 8])
+                    at = i * (bn // 2) + (cv ^ ((i // 8) % cpr)) * 4
+                    tile[T.Ramp(at, 1, 4)] = T.ldg128(x[bb, m0 + i, n0 + cv * 8])
             T.sync_threads()
             for k in T.unroll(v):
                 q = tx + k * threads
@@ -270,15 +272,16 @@ def _tile_transpose(bm: int, bn: int, threads: int):
                     for e in T.unroll(8):
                         r = mv * 8 + e
                         w[e] = tile[r * (bn // 2) + ((j // 8) ^ ((r // 8) % cpr)) * 4 + (j % 8) // 2]
+                    half = T.if_then_else(j % 2 == 0, T.uint32(0x5410), T.uint32(0x7632))
                     for h in T.unroll(4):                # the j-th 16-bit half of each pair of words
-                        o[h] = _prmt(T, w[2 * h], w[2 * h + 1], T.if_then_else(j % 2 == 0, T.uint32(0x5410), T.uint32(0x7632)))
+                        o[h] = _prmt(T, w[2 * h], w[2 * h + 1], half)
                     T.stg128(out[bb, n0 + j, m0 + mv * 8], o[T.Ramp(0, 1, 4)])
 
     return batched_transpose
 
 
-def transpose_kernel(dtype: str, rows: int = 8, cols: int = 8, threads: int = 256, unaligned: int = 0, raster: str = "rows",
-                     lanes: int = 2, tile: int = 0):
+def transpose_kernel(dtype: str, rows: int = 8, cols: int = 8, threads: int = 256, unaligned: int = 0,
+                     raster: str = "rows", lanes: int = 2, tile: int = 0):
     """x[B, M, N] -> out[B, N, M]; a thread moves an R-row x 16-byte block (R x C elements).
 
     The R x 16-byte block lives in 32-bit words and moves by PRMT (one byte-permute instruction

@@ -255,7 +255,8 @@ def _static(n: int, d: str, forward: bool) -> dict:
     """A HIDDEN size's kernel: 4096-7168 forward, the resident-row kernel at N = n with the weight
     loaded before the barrier (16-byte slots); the rest, T.Parallel code."""
     if forward and n in WPRE:
-        return {"N": n, "dtype": d, "threads": 256, "max_n": -(-n // 2048) * 2048, "wpre": 1}
+        slot = 256 * 8                           # columns a 16-byte slot per thread covers
+        return {"N": n, "dtype": d, "threads": 256, "max_n": -(-n // slot) * slot, "wpre": 1}
     return {"N": n, "dtype": d, "threads": _threads(n)}
 
 

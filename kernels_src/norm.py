@@ -1,7 +1,7 @@
 """RMSNorm family: rms_norm, fused_add_rms_norm (vLLM's in-place residual form), rms_norm_backward.
 
 y = x * rsqrt(mean(x^2) + eps) * w, accumulated in fp32 and rounded once to x's dtype.  One CTA
-per token row; tokens M are symbolic.
+per token row (two at N = 4096 forward); tokens M are symbolic.
 
 Hidden sizes: the sizes in HIDDEN get kernels with N baked in, so a row lives in registers and is
 read once (4096-7168, WPRE: the any-N resident-row code below at that fixed N, the weight loaded
@@ -27,23 +27,30 @@ RESIDENT_FROM, ANY_N_RESIDENT = 8192, 16384
 # accesses, the weight read after the barrier) measured 3-14% slower at 1024-4096 tokens and within
 # 1% at 16384 (docs/sweeps/r23n.py).
 WPRE = (4096, 5120, 7168)
+# N = 4096 forward: two rows a 128-thread CTA (both rows' loads first, one barrier): rms_norm +3-11%
+# at 1024-4096 tokens (4096 x 4096 1.135 -> 1.187x torch.compile), fused_add +5% at 1024 tokens and
+# equal above; at N = 7168 it lost 1-3% (docs/sweeps/r24n.py)
+TWO_ROWS = (4096,)
 
 
 def _threads(n: int) -> int:
     return 256 if n >= 4096 else 128
 
 
-def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll: int = 2, wpre: int = 0, n: int = 0):
+def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll: int = 2, wpre: int = 0, n: int = 0,
+                  rows: int = 1):
     """rms_norm / fused_add_rms_norm for a symbolic N (N % 8 == 0), or for N = n when n > 0; one
     CTA per row.
 
     max_n > 0: the row stays in registers (max_n / (threads * 8) 16-byte slots per thread), read
     once.  max_n == 0: any N, two passes (sum of squares, then re-read and write).  wpre: the
-    weight slices load with the row, before the reduction's barrier (resident rows only).
+    weight slices load with the row, before the reduction's barrier (resident rows only).  rows:
+    resident rows a CTA (every row's loads first, one barrier for all their sums).
     """
     import tilelang.language as T
 
     assert not wpre or max_n, "wpre: resident rows only"
+    assert rows == 1 or max_n, "rows: resident rows only"
     M, N = T.dynamic("M"), (n or T.dynamic("N"))
     vec, warps, f32 = 8, threads // 32, "float32"
     chunk = threads * vec                        # columns one 16-byte slot per thread covers
@@ -58,18 +65,18 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
                 b[i, v] = residual[row, col + v]
 
     @T.macro
-    def add_square(residual, a, b, row, col, i, acc):
+    def add_square(residual, a, b, row, col, i, acc, rr):
         if fused:                                # round the sum first, as the static kernel
             for v in T.unroll(vec):
                 a[i, v] = T.cast(T.cast(a[i, v], f32) + T.cast(b[i, v], f32), dtype)
             for v in T.vectorized(vec):
                 residual[row, col + v] = a[i, v]
         for v in T.unroll(vec):
-            acc[0] = acc[0] + T.cast(a[i, v], f32) * T.cast(a[i, v], f32)
+            acc[rr] = acc[rr] + T.cast(a[i, v], f32) * T.cast(a[i, v], f32)
 
     @T.macro
-    def scale_store(a, i, weight, out, row, col, r, w):
-        wi = i if wpre else 0
+    def scale_store(a, i, si, weight, out, row, col, r, w):
+        wi = si if wpre else 0
         if not wpre:
             for v in T.vectorized(vec):
                 w[0, v] = weight[col + v]
@@ -80,56 +87,61 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
 
     @T.macro
     def run(x, residual, weight, out, eps):
-        with T.Kernel(M, threads=threads) as row:
+        with T.Kernel(T.ceildiv(M, rows), threads=threads) as bx:
             if not n:
                 T.assume(N % vec == 0)
             tx = T.get_thread_binding()
-            red = T.alloc_shared((warps,), f32)
-            a = T.alloc_local((slots, vec), dtype)
-            b = T.alloc_local((slots, vec), dtype)
+            red = T.alloc_shared((rows, warps), f32)
+            a = T.alloc_local((rows * slots, vec), dtype)
+            b = T.alloc_local((rows * slots, vec), dtype)
             w = T.alloc_local((slots if wpre else 1, vec), dtype)
-            acc = T.alloc_local((1,), f32)
+            acc = T.alloc_local((rows,), f32)
             tot = T.alloc_local((1,), f32)
-            acc[0] = T.float32(0)
+            for rr in T.unroll(rows):
+                acc[rr] = T.float32(0)
             if max_n:
-                for i in T.unroll(slots):        # every load first
-                    if i * chunk + tx * vec < N:
-                        load(x, residual, a, b, row, i * chunk + tx * vec, i)
+                for rr in T.unroll(rows):        # every load first
+                    for i in T.unroll(slots):
+                        if bx * rows + rr < M and i * chunk + tx * vec < N:
+                            load(x, residual, a, b, bx * rows + rr, i * chunk + tx * vec, rr * slots + i)
                 if wpre:                         # the weight slices too, before the barrier
                     for i in T.unroll(slots):
                         if i * chunk + tx * vec < N:
                             for v in T.vectorized(vec):
                                 w[i, v] = weight[i * chunk + tx * vec + v]
-                for i in T.unroll(slots):
-                    if i * chunk + tx * vec < N:
-                        add_square(residual, a, b, row, i * chunk + tx * vec, i, acc)
+                for rr in T.unroll(rows):
+                    for i in T.unroll(slots):
+                        if bx * rows + rr < M and i * chunk + tx * vec < N:
+                            add_square(residual, a, b, bx * rows + rr, i * chunk + tx * vec, rr * slots + i, acc, rr)
             else:
                 for it in T.serial(T.ceildiv(N, chunk * slots)):
                     for i in T.unroll(slots):
                         if (it * slots + i) * chunk + tx * vec < N:
-                            load(x, residual, a, b, row, (it * slots + i) * chunk + tx * vec, i)
+                            load(x, residual, a, b, bx, (it * slots + i) * chunk + tx * vec, i)
                     for i in T.unroll(slots):
                         if (it * slots + i) * chunk + tx * vec < N:
-                            add_square(residual, a, b, row, (it * slots + i) * chunk + tx * vec, i, acc)
-            for k in T.unroll(5):
-                acc[0] = acc[0] + T.shfl_xor(acc[0], 16 >> k)
-            if tx % 32 == 0:
-                red[tx // 32] = acc[0]
+                            add_square(residual, a, b, bx, (it * slots + i) * chunk + tx * vec, i, acc, 0)
+            for rr in T.unroll(rows):
+                for k in T.unroll(5):
+                    acc[rr] = acc[rr] + T.shfl_xor(acc[rr], 16 >> k)
+                if tx % 32 == 0:
+                    red[rr, tx // 32] = acc[rr]
             T.sync_threads()
-            tot[0] = T.float32(0)
-            for i in T.unroll(warps):
-                tot[0] = tot[0] + red[i]
-            r = T.rsqrt(tot[0] / T.cast(N, f32) + eps)
-            if max_n:
-                for i in T.unroll(slots):
-                    if i * chunk + tx * vec < N:
-                        scale_store(a, i, weight, out, row, i * chunk + tx * vec, r, w)
-            else:                                # pass 2 re-reads the row (from L2)
-                for it in T.serial(T.ceildiv(N, chunk)):
-                    if it * chunk + tx * vec < N:
-                        for v in T.vectorized(vec):
-                            a[0, v] = (residual if fused else x)[row, it * chunk + tx * vec + v]
-                        scale_store(a, 0, weight, out, row, it * chunk + tx * vec, r, w)
+            for rr in T.unroll(rows):
+                tot[0] = T.float32(0)
+                for i in T.unroll(warps):
+                    tot[0] = tot[0] + red[rr, i]
+                r = T.rsqrt(tot[0] / T.cast(N, f32) + eps)
+                if max_n:
+                    for i in T.unroll(slots):
+                        if bx * rows + rr < M and i * chunk + tx * vec < N:
+                            scale_store(a, rr * slots + i, i, weight, out, bx * rows + rr, i * chunk + tx * vec, r, w)
+                else:                            # pass 2 re-reads the row (from L2)
+                    for it in T.serial(T.ceildiv(N, chunk)):
+                        if it * chunk + tx * vec < N:
+                            for v in T.vectorized(vec):
+                                a[0, v] = (residual if fused else x)[bx, it * chunk + tx * vec + v]
+                            scale_store(a, 0, 0, weight, out, bx, it * chunk + tx * vec, r, w)
 
     if fused:
         @T.prim_func
@@ -145,11 +157,11 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
     return rms_norm
 
 
-def rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0, wpre: int = 0):
+def rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0, wpre: int = 0, rows: int = 1):
     import tilelang.language as T
 
     if N == 0 or wpre:
-        return _any_n_kernel(dtype, threads, fused=False, max_n=max_n, wpre=wpre, n=N)
+        return _any_n_kernel(dtype, threads, fused=False, max_n=max_n, wpre=wpre, n=N, rows=rows)
     M = T.dynamic("M")
 
     @T.prim_func
@@ -170,12 +182,12 @@ def rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0, wpre
     return rms_norm
 
 
-def fused_add_rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0, wpre: int = 0):
+def fused_add_rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0, wpre: int = 0, rows: int = 1):
     """residual <- x + residual (rounded); x <- rms_norm(residual) * w: both in place."""
     import tilelang.language as T
 
     if N == 0 or wpre:
-        return _any_n_kernel(dtype, threads, fused=True, max_n=max_n, wpre=wpre, n=N)
+        return _any_n_kernel(dtype, threads, fused=True, max_n=max_n, wpre=wpre, n=N, rows=rows)
     M = T.dynamic("M")
 
     @T.prim_func
@@ -253,10 +265,12 @@ def rms_norm_backward_kernel(N: int, dtype: str, threads: int = 128):
 
 def _static(n: int, d: str, forward: bool) -> dict:
     """A HIDDEN size's kernel: 4096-7168 forward, the resident-row kernel at N = n with the weight
-    loaded before the barrier (16-byte slots); the rest, T.Parallel code."""
+    loaded before the barrier (16-byte slots; two rows a CTA at TWO_ROWS); the rest, T.Parallel code."""
     if forward and n in WPRE:
-        slot = 256 * 8                           # columns a 16-byte slot per thread covers
-        return {"N": n, "dtype": d, "threads": 256, "max_n": -(-n // slot) * slot, "wpre": 1}
+        threads, rows = (128, 2) if n in TWO_ROWS else (256, 1)
+        slot = threads * 8                       # columns a 16-byte slot per thread covers
+        return {"N": n, "dtype": d, "threads": threads, "max_n": -(-n // slot) * slot, "wpre": 1,
+                **({"rows": rows} if rows > 1 else {})}
     return {"N": n, "dtype": d, "threads": _threads(n)}
 
 

@@ -8,7 +8,8 @@ FP8 family's fast-math silu (kernels_src/fp8.py says why and what it costs in ex
 
 Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruction a word):
 - batched_transpose, 2-byte elements at aligned pitches: 64 x 64 shared-memory tiles, 16-byte
-  vectors both ways (_tile_transpose).  Otherwise no shared memory: a thread loads an R x C
+  vectors both ways (_tile_transpose; where M % 16 == 8 the odd output rows' pieces shift by 8
+  elements so no 32-byte sector is written by two CTAs: partial-sector writes cost up to 25%).  Otherwise no shared memory: a thread loads an R x C
   block (R rows, one C-element 16-byte vector each) into 32-bit words, transposes it by PRMT and
   stores C vectors of R elements.  Lanes go in pairs along a row (the pair reads one full 32-byte sector per row) and
   16 pairs down the rows, so a warp's store writes 16 consecutive R-element pieces of an output
@@ -236,52 +237,67 @@ TRANSPOSE = {1: ("uint8", 8, 16), 2: ("float16", 8, 8), 4: ("int32", 4, 4)}
 LANES = {"uint8": 2, "int32": 8}
 
 
-def _tile_transpose(bm: int, bn: int, threads: int):
+def _tile_transpose(bm: int, bn: int, threads: int, sector: int = 0):
     """2-byte x[B, M, N] -> out[B, N, M] through a bm x bn shared-memory tile (M % 8 == 0 and
     N % 8 == 0): each thread loads 16-byte row vectors into the tile (16-bit values as 32-bit
     words, 16-byte chunks XOR-swizzled by the row's 8-row group, so the column reads below hit 16
     distinct banks), then after one barrier gathers 8 values down a column (8 word reads, 4 PRMT)
     and stores one 16-byte output vector; a warp's store writes bm * 2 bytes of each of
-    32 / (bm / 8) output rows."""
+    32 / (bm / 8) output rows.
+    sector: when M % 16 == 8 every odd output row starts half-way into a 32-byte sector, so a tile's
+    bm-element pieces of those rows begin and end in sectors that another CTA writes the rest of.
+    The tile then holds 8 more rows (m0 - 8 ..) and the rows that start mid-sector take their piece
+    8 elements earlier, so every CTA writes whole sectors only (the extra rows come from L2: the
+    CTA before loaded them)."""
     import tilelang.language as T
 
     B, M, N = T.dynamic("B"), T.dynamic("M"), T.dynamic("N")
     cpr = bn // 8                           # 16-byte chunks a tile row
     v = bm * bn // 8 // threads             # vectors a thread, each way
     assert v * threads * 8 == bm * bn
+    ext = 8 if sector else 0                # extra tile rows above m0
+    vl = -(-(bm + ext) * cpr // threads)    # vectors a thread to load
 
     @T.prim_func
     def batched_transpose(x: T.Tensor((B, M, N), "float16"), out: T.Tensor((B, N, M), "float16")):
         with T.Kernel(T.ceildiv(M, bm), T.ceildiv(N, bn), B, threads=threads, prelude=PRELUDE) as (bx, by, bb):
-            tile = T.alloc_shared((bm * bn // 2,), "uint32")
+            tile = T.alloc_shared(((bm + ext) * bn // 2,), "uint32")
             w = T.alloc_local((8,), "uint32")
             o = T.alloc_local((4,), "uint32")
             tx = T.get_thread_binding()
             m0, n0 = bx * bm, by * bn
-            for k in T.unroll(v):
+            for k in T.unroll(vl):
                 q = tx + k * threads
                 i, cv = q // cpr, q % cpr           # tile row, its chunk
-                if m0 + i < M and n0 + cv * 8 < N:
-                    at = i * (bn // 2) + (cv ^ ((i // 8) % cpr)) * 4
-                    tile[T.Ramp(at, 1, 4)] = T.ldg128(x[bb, m0 + i, n0 + cv * 8])
+                at = i * (bn // 2) + (cv ^ ((i // 8) % cpr)) * 4
+                if ext:
+                    # rows m0 - 8 .. m0 - 1 only where M % 16 == 8 (some output rows start mid-sector)
+                    if q < (bm + ext) * cpr and m0 - ext + i >= 0 and m0 - ext + i < M and n0 + cv * 8 < N and (
+                            i >= ext or M % 16 != 0):
+                        tile[T.Ramp(at, 1, 4)] = T.ldg128(x[bb, m0 - ext + i, n0 + cv * 8])
+                else:
+                    if m0 + i < M and n0 + cv * 8 < N:
+                        tile[T.Ramp(at, 1, 4)] = T.ldg128(x[bb, m0 + i, n0 + cv * 8])
             T.sync_threads()
             for k in T.unroll(v):
                 q = tx + k * threads
                 j, mv = q // (bm // 8), q % (bm // 8)      # output row n0 + j, its vector mv
-                if m0 + mv * 8 < M and n0 + j < N:
+                # the row's shift back: 8 elements where (bb * N + n0 + j) * M is 8 mod 16 (N is even)
+                sh = T.if_then_else(M % 16 != 0 and (n0 + j) % 2 == 1, ext, 0)
+                if m0 - sh + mv * 8 >= 0 and m0 - sh + mv * 8 < M and n0 + j < N:
                     for e in T.unroll(8):
-                        r = mv * 8 + e
+                        r = mv * 8 + ext - sh + e
                         w[e] = tile[r * (bn // 2) + ((j // 8) ^ ((r // 8) % cpr)) * 4 + (j % 8) // 2]
                     half = T.if_then_else(j % 2 == 0, T.uint32(0x5410), T.uint32(0x7632))
                     for h in T.unroll(4):                # the j-th 16-bit half of each pair of words
                         o[h] = _prmt(T, w[2 * h], w[2 * h + 1], half)
-                    T.stg128(out[bb, n0 + j, m0 + mv * 8], o[T.Ramp(0, 1, 4)])
+                    T.stg128(out[bb, n0 + j, m0 - sh + mv * 8], o[T.Ramp(0, 1, 4)])
 
     return batched_transpose
 
 
 def transpose_kernel(dtype: str, rows: int = 8, cols: int = 8, threads: int = 256, unaligned: int = 0,
-                     raster: str = "rows", lanes: int = 2, tile: int = 0):
+                     raster: str = "rows", lanes: int = 2, tile: int = 0, sector: int = 0):
     """x[B, M, N] -> out[B, N, M]; a thread moves an R-row x 16-byte block (R x C elements).
 
     The R x 16-byte block lives in 32-bit words and moves by PRMT (one byte-permute instruction
@@ -295,13 +311,13 @@ def transpose_kernel(dtype: str, rows: int = 8, cols: int = 8, threads: int = 25
     lanes: lanes along a row (a warp's load reads 16 * lanes bytes of 32 / lanes rows; its store
     writes 32 / lanes consecutive R-element pieces of lanes output rows); aligned pitches only.
     tile: 2-byte elements at aligned pitches through a tile x tile shared-memory tile instead
-    (_tile_transpose; rows, cols, lanes unused).
+    (_tile_transpose; rows, cols, lanes unused); sector: its whole-sector form for M % 16 == 8.
     """
     import tilelang.language as T
 
     if tile:
         assert dtype == "float16" and not unaligned
-        return _tile_transpose(tile, tile, threads)
+        return _tile_transpose(tile, tile, threads, sector)
 
     B, M, N = T.dynamic("B"), T.dynamic("M"), T.dynamic("N")
     nbytes = 16 // cols
@@ -1127,7 +1143,12 @@ SPECS = (
                   # 0.90-1.07 -> 1.03-1.12x torch.compile at 1024-4096 x 4096-7168, 0.92 -> 0.95 of a
                   # copy at 16384 x 7168 / 8192 x 16384 (docs/sweeps/r23s.py)
                   Variant(dict(dtype="float16", tile=64, threads=256), rule="B <= 65535 and M % 8 == 0 and N % 8 == 0",
-                          priority=3))
+                          priority=3),
+                  # M % 16 == 8 (odd output rows start mid-sector): whole-sector pieces, 3000 x 7168
+                  # 0.90 -> 0.96 of a same-size copy, 16376 x 7168 0.75 -> 0.91 of a copy; 2-3% behind
+                  # the plain tile where M % 16 == 0 (docs/sweeps/r24s.py)
+                  Variant(dict(dtype="float16", tile=64, threads=256, sector=1),
+                          rule="B <= 65535 and M % 16 == 8 and N % 8 == 0", priority=4))
         + tuple(Variant(dict(dtype=d, rows=r, cols=c, **({"lanes": LANES[d]} if LANES[d] != 2 else {})),
                                rule=f"B <= 65535 and M % {r} == 0 and N % {c} == 0", priority=2)
                        for d, r, c in TRANSPOSE.values() if d != "float16")

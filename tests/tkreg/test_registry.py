@@ -85,8 +85,8 @@ def test_sm_count_rules_on_cpu_tensors_need_sm_count():
 @pytest.mark.parametrize("dt", [BF16, FP16])
 def test_rms_norm_picks_hidden_size_and_dtype(n, dt):
     e = tkreg.explain("rms_norm", torch.empty(3, n, dtype=dt), torch.empty(n, dtype=dt), arch="sm_90a")
-    # 4096-7168: the resident-row kernel at that N (kernels_src/norm.py WPRE)
-    want = f"max_n={-(-n // 2048) * 2048},threads=256,wpre=1" if n >= 4096 else "threads=128"
+    # 4096-7168: the resident-row kernel at that N (kernels_src/norm.py WPRE), 4096 two rows a CTA
+    want = {1024: "threads=128", 4096: "max_n=4096,rows=2,threads=128,wpre=1", 7168: "max_n=8192,threads=256,wpre=1"}[n]
     assert e.chosen == f"N={n},dtype={str(dt)[6:]},{want}"
     assert sum(c for _, c, _ in e.rows) == 1
 

@@ -105,8 +105,11 @@ def burst_us(fn, k=200) -> float:
 
 
 def rotations(make, nbytes: int) -> list:
-    """Enough input sets that one pass over them exceeds L2 twice."""
-    return [make() for _ in range(max(1, min(8, -(-2 * L2_BYTES // max(nbytes, 1)))))]
+    """Enough input sets (up to 8) that twice L2's bytes pass between two uses of one set.  One
+    set reused call after call (what a pass merely exceeding L2 allowed above 120 MB) keeps part of
+    itself cached, by an amount that depends on where its buffers sit: the same kernel and the
+    same-size copy then read 3-13% apart between allocations (docs/quant-tuning.md, 24th session)."""
+    return [make() for _ in range(min(8, 1 + -(-2 * L2_BYTES // max(nbytes, 1))))]
 
 
 def copy_bandwidth() -> float:

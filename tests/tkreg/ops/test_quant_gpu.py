@@ -52,7 +52,8 @@ def poison(*shape, dtype):
 @pytest.mark.parametrize("dt", [torch.uint8, FP8, torch.bool, BF16, FP16, torch.float32, torch.int32])
 @pytest.mark.parametrize("b, m, n", [(1, 0, 64), (1, 1, 7168), (1, 37, 5), (1, 4097, 7168), (3, 64, 128),
                                      (2, 130, 72), (1, 7168, 4097), (1, 4097, 4099), (3, 257, 129), (2, 300, 333),
-                                     (1, 1000, 1), (1, 4104, 7168), (5, 1000, 4104)])
+                                     (1, 1000, 1), (1, 4104, 7168), (5, 1000, 4104),
+                                     (3, 24, 40), (1, 3016, 136)])   # M % 16 == 8: whole-sector tiles
 def test_transpose_is_exact(b, m, n, dt):
     x = (torch.randn(b, m, n, device="cuda") * 100).to(dt) if dt != torch.bool else torch.rand(b, m, n, device="cuda") > 0.5
     y = ops.batched_transpose(x)

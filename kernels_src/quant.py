@@ -9,7 +9,8 @@ FP8 family's fast-math silu (kernels_src/fp8.py says why and what it costs in ex
 Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruction a word):
 - batched_transpose, 2-byte elements at aligned pitches: 64 x 64 shared-memory tiles, 16-byte
   vectors both ways (_tile_transpose; where M % 16 == 8 the odd output rows' pieces shift by 8
-  elements so no 32-byte sector is written by two CTAs: partial-sector writes cost up to 25%).  Otherwise no shared memory: a thread loads an R x C
+  elements so no 32-byte sector is written by two CTAs: partial-sector writes cost up to 25%).
+  1-byte elements at odd M: the same idea for any pitch on 64 x 128 tiles (_tile_transpose_any).  Otherwise no shared memory: a thread loads an R x C
   block (R rows, one C-element 16-byte vector each) into 32-bit words, transposes it by PRMT and
   stores C vectors of R elements.  Lanes go in pairs along a row (the pair reads one full 32-byte sector per row) and
   16 pairs down the rows, so a warp's store writes 16 consecutive R-element pieces of an output
@@ -37,7 +38,7 @@ Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruc
   32-bit stores) per 8 values.
 
 Measured on the H200 (BENCHMARKS.md, % of copy at 16384 x 7168 / 8192 x 16384; tuning history in
-docs/quant-tuning.md): transpose 1-byte 87%, 2-byte 93-94% (shared-memory tiles), 4-byte 92%,
+docs/quant-tuning.md): transpose 1-byte 86%, 2-byte 91-92% (shared-memory tiles), 4-byte 92%,
 per-channel 94 / 96%, its _transpose 98 / 99%, + SwiGLU 95%, SwiGLU backward 96-99%, FP4 quant
 96-97%, FP4 dequant 92%, E5M6 95 / 94%, E5M6 dequant 98%, per-channel dequant 93-95%.
 
@@ -296,8 +297,75 @@ def _tile_transpose(bm: int, bn: int, threads: int, sector: int = 0):
     return batched_transpose
 
 
+def _tile_transpose_any(esize: int, bm: int, bn: int, threads: int):
+    """1- or 2-byte x[B, M, N] -> out[B, N, M] for any M (N a whole number of 16-byte vectors),
+    through a shared-memory tile, writing whole 32-byte sectors: output row n's piece of tile m0
+    starts s(n) = (n * M) mod E elements early (E elements a sector), so every piece begins and ends
+    on a sector boundary and its 16-byte stores are aligned even where the pitch M * esize is odd;
+    only the two vectors at a row's ends (before 0, past M) go element by element.  The tile holds
+    E more rows above m0 (from L2: the CTA before loaded them); one more CTA column covers the
+    last rows.  A thread gathers V values down one tile column (one 32-bit word a row, PRMT)."""
+    import tilelang.language as T
+
+    B, M, N = T.dynamic("B"), T.dynamic("M"), T.dynamic("N")
+    dt = {1: "uint8", 2: "float16"}[esize]
+    V, E = 16 // esize, 32 // esize         # elements a 16-byte vector, a 32-byte sector
+    per = 4 // esize                        # elements a 32-bit word
+    cpr, wpr = bn // V, bn // per           # 16-byte chunks, words a tile row
+    rows = bm + E
+    vl = -(-rows * cpr // threads)          # vectors a thread loads
+    vs = bm * bn // V // threads            # vectors a thread stores
+    assert vs * threads * V == bm * bn
+
+    @T.prim_func
+    def batched_transpose(x: T.Tensor((B, M, N), dt), out: T.Tensor((B, N, M), dt)):
+        with T.Kernel(T.ceildiv(M + E - 1, bm), T.ceildiv(N, bn), B, threads=threads, prelude=PRELUDE) as (bx, by, bb):
+            tile = T.alloc_shared((rows * wpr,), "uint32")
+            w = T.alloc_local((V,), "uint32")
+            o = T.alloc_local((4,), "uint32")
+            tx = T.get_thread_binding()
+            m0, n0 = bx * bm, by * bn
+            for k in T.unroll(vl):
+                q = tx + k * threads
+                t, cv = q // cpr, q % cpr           # tile row (input row m0 - E + t), its chunk
+                if q < rows * cpr and m0 - E + t >= 0 and m0 - E + t < M and n0 + cv * V < N:
+                    tile[T.Ramp(t * wpr + (cv ^ (t % cpr)) * 4, 1, 4)] = T.ldg128(x[bb, m0 - E + t, n0 + cv * V])
+            T.sync_threads()
+            for k in T.unroll(vs):
+                q = tx + k * threads
+                j, mv = q // (bm // V), q % (bm // V)      # output row n0 + j, its vector mv
+                sh = ((bb % E) * (N % E) + n0 + j) % E * (M % E) % E     # (bb * N + n) * M mod E
+                ms = m0 - sh + mv * V                      # the vector's first output column
+                wj = j // per                              # the word of tile column j
+                if n0 + j < N and ms + V > 0 and ms < M:
+                    for e in T.unroll(V):
+                        t = E - sh + mv * V + e
+                        w[e] = tile[t * wpr + ((wj // 4) ^ (t % cpr)) * 4 + wj % 4]
+                    if esize == 1:                         # byte j % 4 of 4 rows -> one word
+                        sel = T.cast((j % 4) | ((j % 4 + 4) << 4), "uint32")
+                        for h in T.unroll(4):
+                            o[h] = _prmt(T, _prmt(T, w[4 * h], w[4 * h + 1], sel),
+                                         _prmt(T, w[4 * h + 2], w[4 * h + 3], sel), 0x5410)
+                    else:                                  # half j % 2 of 2 rows -> one word
+                        half = T.if_then_else(j % 2 == 0, T.uint32(0x5410), T.uint32(0x7632))
+                        for h in T.unroll(4):
+                            o[h] = _prmt(T, w[2 * h], w[2 * h + 1], half)
+                    if ms >= 0 and ms + V <= M:
+                        T.stg128(out[bb, n0 + j, ms], o[T.Ramp(0, 1, 4)])
+                    else:                                  # a row's first or last vector
+                        for e in T.unroll(V):
+                            if ms + e >= 0 and ms + e < M:
+                                if esize == 1:
+                                    out[bb, n0 + j, ms + e] = T.cast((o[e // 4] >> (8 * (e % 4))) & T.uint32(255), "uint8")
+                                else:
+                                    out[bb, n0 + j, ms + e] = T.reinterpret(
+                                        T.cast((o[e // 2] >> (16 * (e % 2))) & T.uint32(65535), "uint16"), "float16")
+
+    return batched_transpose
+
+
 def transpose_kernel(dtype: str, rows: int = 8, cols: int = 8, threads: int = 256, unaligned: int = 0,
-                     raster: str = "rows", lanes: int = 2, tile: int = 0, sector: int = 0):
+                     raster: str = "rows", lanes: int = 2, tile: int = 0, sector: int = 0, any_m: int = 0):
     """x[B, M, N] -> out[B, N, M]; a thread moves an R-row x 16-byte block (R x C elements).
 
     The R x 16-byte block lives in 32-bit words and moves by PRMT (one byte-permute instruction
@@ -312,9 +380,13 @@ def transpose_kernel(dtype: str, rows: int = 8, cols: int = 8, threads: int = 25
     writes 32 / lanes consecutive R-element pieces of lanes output rows); aligned pitches only.
     tile: 2-byte elements at aligned pitches through a tile x tile shared-memory tile instead
     (_tile_transpose; rows, cols, lanes unused); sector: its whole-sector form for M % 16 == 8.
+    any_m: 1-byte elements at odd M through the sector-aligned 64 x 128 tile (_tile_transpose_any).
     """
     import tilelang.language as T
 
+    if any_m:
+        assert dtype == "uint8"
+        return _tile_transpose_any(1, 64, 128, threads)
     if tile:
         assert dtype == "float16" and not unaligned
         return _tile_transpose(tile, tile, threads, sector)
@@ -1149,6 +1221,11 @@ SPECS = (
                   # the plain tile where M % 16 == 0 (docs/sweeps/r24s.py)
                   Variant(dict(dtype="float16", tile=64, threads=256, sector=1),
                           rule="B <= 65535 and M % 16 == 8 and N % 8 == 0", priority=4))
+        # 1-byte at odd M: sector-aligned 64 x 128 tiles, of a same-size copy 4097 x 7168 0.70 -> 0.72,
+        # 4095 x 4096 0.48 -> 0.66, 1001 x 7168 0.72 -> 0.84 against the unaligned register kernel; at
+        # M % 16 == 8 its column gathers hit 8-way bank conflicts (0.37), so odd M only (docs/sweeps/r24u.py)
+        + (Variant(dict(dtype="uint8", any_m=1, threads=256), rule="B <= 65535 and M % 2 == 1 and N % 16 == 0",
+                   priority=2),)
         + tuple(Variant(dict(dtype=d, rows=r, cols=c, **({"lanes": LANES[d]} if LANES[d] != 2 else {})),
                                rule=f"B <= 65535 and M % {r} == 0 and N % {c} == 0", priority=2)
                        for d, r, c in TRANSPOSE.values() if d != "float16")

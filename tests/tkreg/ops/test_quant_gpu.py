@@ -53,7 +53,8 @@ def poison(*shape, dtype):
 @pytest.mark.parametrize("b, m, n", [(1, 0, 64), (1, 1, 7168), (1, 37, 5), (1, 4097, 7168), (3, 64, 128),
                                      (2, 130, 72), (1, 7168, 4097), (1, 4097, 4099), (3, 257, 129), (2, 300, 333),
                                      (1, 1000, 1), (1, 4104, 7168), (5, 1000, 4104),
-                                     (3, 24, 40), (1, 3016, 136)])   # M % 16 == 8: whole-sector tiles
+                                     (3, 24, 40), (1, 3016, 136),   # M % 16 == 8: whole-sector tiles
+                                     (3, 33, 48), (1, 4095, 4096)])   # 1-byte odd M: sector-aligned tiles
 def test_transpose_is_exact(b, m, n, dt):
     x = (torch.randn(b, m, n, device="cuda") * 100).to(dt) if dt != torch.bool else torch.rand(b, m, n, device="cuda") > 0.5
     y = ops.batched_transpose(x)

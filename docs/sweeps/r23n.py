@@ -12,12 +12,11 @@ Build:
       --out .ab/r23n/pack --cache /tmp/gwscache -j 2
 Run (cwd outside the repo, sweep_check.py beside it): TKREG_PACKS=pack python3 r23n.py OUT.json
 """
-import json
 import pathlib
 import sys
 
 sys.path.append(str(pathlib.Path(__file__).resolve().parents[2]))   # after site-packages: the installed tkreg
-from tkreg.spec import OpSpec, Scalar, Variant  # noqa: E402
+sys.path.append(str(pathlib.Path(__file__).resolve().parent))      # sweep_check
 
 NS = (4096, 5120, 7168)
 
@@ -47,63 +46,13 @@ SHAPES = tuple((m, n) for m in (1024, 2048, 3000, 4096) for n in NS) + ((16384, 
 
 
 def specs():
-    from kernels_src import norm as Nm
-    out = []
-    for name, short in (("tkreg.rms_norm", "sw.rn"), ("tkreg.fused_add_rms_norm", "sw.fa")):
-        spec = next(s for s in Nm.SPECS if s.name == name)
-        t = spec.tensors
-        x = type(t[0])(t[0].name, t[0].shape, dtypes=("bfloat16",), role=t[0].role)
-        out.append(OpSpec(name=short, doc=spec.doc, tensors=(x,) + t[1:], scalars=spec.scalars + (Scalar("cfg", "int32", 0),),
-                          factory=spec.factory, archs=("sm_90a",), reference=spec.reference,
-                          variants=_variants()))
-    return tuple(out)
-
-
-def _variants():
-    """one variant per distinct kernel, its rule naming every (cfg, N) it serves"""
-    by = {}
-    for i in range(NCFG):
-        for n in NS:
-            by.setdefault(tuple(sorted(_cfg(i, n).items())), []).append(f"(cfg == {i} and N == {n})")
-    return tuple(Variant(dict(k, dtype="bfloat16"), rule=" or ".join(r)) for k, r in by.items())
+    from sweep_check import norm_specs   # a sibling module (this folder is on sys.path)
+    return norm_specs(_cfg, NCFG, NS)
 
 
 def run(out: str):
-    import torch
-    import tkreg
-    from tkreg import reference
-    from tkreg.bench.timing import compiled
-    from sweep_check import sweep_rows   # a sibling module (this folder is on sys.path)
-    bf = torch.bfloat16
-    res = {"checks": [], "rows": []}
-    torch.manual_seed(0)
-
-    def ulps(a, b):
-        return int((a.view(torch.int16).int() - b.view(torch.int16).int()).abs().max()) if a.numel() else 0
-
-    for m in (0, 1, 37, 4097):
-        for n in NS:
-            x = torch.randn(m, n, device="cuda").mul(3).to(bf)
-            r0 = torch.randn(m, n, device="cuda").to(bf)
-            w = torch.randn(n, device="cuda").to(bf)
-            ref = reference.rms_norm(x, w)
-            rx, rr = x.clone(), r0.clone()
-            reference.fused_add_rms_norm(rx, rr, w)
-            for c in range(NCFG):
-                got = tkreg.call("sw.rn", x, w, cfg=c)
-                fx, fr = x.clone(), r0.clone()
-                tkreg.call("sw.fa", fx, fr, w, cfg=c)
-                res["checks"].append(dict(m=m, n=n, cfg=c, rn=ulps(got, ref), fa_x=ulps(fx, rx), fa_r=ulps(fr, rr)))
-    print("checks", len(res["checks"]), "worst", max(max(r["rn"], r["fa_x"], r["fa_r"]) for r in res["checks"]),
-          "residual exact", all(r["fa_r"] == 0 for r in res["checks"]), flush=True)
-    def rnd(*shape):
-        return torch.randn(*shape, dtype=bf, device="cuda")
-
-    for op, ref, make, nb in (("sw.rn", reference.rms_norm, lambda s: (rnd(*s), rnd(s[1])), 4),
-                              ("sw.fa", reference.fused_add_rms_norm, lambda s: (rnd(*s), rnd(*s), rnd(s[1])), 8)):
-        res["rows"] += [dict(op=op, **r) for r in sweep_rows(op, NCFG, compiled(ref), SHAPES, make,
-                                                             lambda s, nb=nb: nb * s[0] * s[1])]
-    json.dump(res, open(out, "w"), indent=1)
+    from sweep_check import norm_run
+    norm_run(NCFG, NS, SHAPES, out)
 
 
 if __name__ == "__main__":

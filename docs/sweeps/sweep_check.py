@@ -107,3 +107,63 @@ def transpose_sweep(op: str, cfgs, shapes, out: str, cases=((1, 8, 8), (1, 40, 1
     res["rows"] = sweep_rows(op, len(cfgs), compiled(reference.batched_transpose), shapes,
                              lambda s: (torch.randn(1, *s, device="cuda").half(),), lambda s: 4 * s[0] * s[1])
     json.dump(res, open(out, "w"), indent=1)
+
+
+# ---- the norm sweeps (r23n.py, r24n.py): rms_norm + fused_add_rms_norm, bf16, one variant per kernel
+def norm_specs(cfg, ncfg: int, ns) -> tuple:
+    """sw.rn / sw.fa: the shipped norm specs narrowed to bf16, one variant per distinct kernel of
+    cfg(i, n) (i < ncfg, n in ns), its rule naming every (cfg, N) it serves."""
+    from kernels_src import norm as Nm
+    from tkreg.spec import OpSpec, Scalar, Variant
+    by = {}
+    for i in range(ncfg):
+        for n in ns:
+            by.setdefault(tuple(sorted(cfg(i, n).items())), []).append(f"(cfg == {i} and N == {n})")
+    variants = tuple(Variant(dict(k, dtype="bfloat16"), rule=" or ".join(r)) for k, r in by.items())
+    out = []
+    for name, short in (("tkreg.rms_norm", "sw.rn"), ("tkreg.fused_add_rms_norm", "sw.fa")):
+        spec = next(s for s in Nm.SPECS if s.name == name)
+        t = spec.tensors
+        x = type(t[0])(t[0].name, t[0].shape, dtypes=("bfloat16",), role=t[0].role)
+        out.append(OpSpec(name=short, doc=spec.doc, tensors=(x,) + t[1:], scalars=spec.scalars + (Scalar("cfg", "int32", 0),),
+                          factory=spec.factory, archs=("sm_90a",), reference=spec.reference, variants=variants))
+    return tuple(out)
+
+
+def norm_run(ncfg: int, ns, shapes, out: str):
+    """Every cfg against the torch references (max |diff| in output ulps; the fused residual must be
+    exact) on odd M and M = 0, then timed in turn beside torch.compile and a same-size copy."""
+    import json
+    import tkreg
+    from tkreg import reference
+    from tkreg.bench.timing import compiled
+    res = {"checks": [], "rows": []}
+    torch.manual_seed(0)
+
+    def ulps(a, b):
+        return int((a.view(torch.int16).int() - b.view(torch.int16).int()).abs().max()) if a.numel() else 0
+
+    for m in (0, 1, 37, 4097):
+        for n in ns:
+            x = torch.randn(m, n, device="cuda").mul(3).to(bf16)
+            r0 = torch.randn(m, n, device="cuda").to(bf16)
+            w = torch.randn(n, device="cuda").to(bf16)
+            ref = reference.rms_norm(x, w)
+            rx, rr = x.clone(), r0.clone()
+            reference.fused_add_rms_norm(rx, rr, w)
+            for c in range(ncfg):
+                got = tkreg.call("sw.rn", x, w, cfg=c)
+                fx, fr = x.clone(), r0.clone()
+                tkreg.call("sw.fa", fx, fr, w, cfg=c)
+                res["checks"].append(dict(m=m, n=n, cfg=c, rn=ulps(got, ref), fa_x=ulps(fx, rx), fa_r=ulps(fr, rr)))
+    print("checks", len(res["checks"]), "worst", max(max(r["rn"], r["fa_x"], r["fa_r"]) for r in res["checks"]),
+          "residual exact", all(r["fa_r"] == 0 for r in res["checks"]), flush=True)
+
+    def rnd(*shape):
+        return torch.randn(*shape, dtype=bf16, device="cuda")
+
+    for op, ref, make, nb in (("sw.rn", reference.rms_norm, lambda s: (rnd(*s), rnd(s[1])), 4),
+                              ("sw.fa", reference.fused_add_rms_norm, lambda s: (rnd(*s), rnd(*s), rnd(s[1])), 8)):
+        res["rows"] += [dict(op=op, **r) for r in sweep_rows(op, ncfg, compiled(ref), shapes, make,
+                                                             lambda s, nb=nb: nb * s[0] * s[1])]
+    json.dump(res, open(out, "w"), indent=1)

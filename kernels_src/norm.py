@@ -40,7 +40,7 @@ def _threads(n: int) -> int:
 def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll: int = 2, wpre: int = 0, n: int = 0,
                   rows: int = 1):
     """rms_norm / fused_add_rms_norm for a symbolic N (N % 8 == 0), or for N = n when n > 0; one
-    CTA per row.
+    CTA per `rows` rows.
 
     max_n > 0: the row stays in registers (max_n / (threads * 8) 16-byte slots per thread), read
     once.  max_n == 0: any N, two passes (sum of squares, then re-read and write).  wpre: the

@@ -10,8 +10,8 @@ Layouts (thread-level kernels, 16-byte loads; byte shuffles by PRMT, one instruc
 - batched_transpose, 2-byte elements at aligned pitches: 64 x 64 shared-memory tiles, 16-byte
   vectors both ways (_tile_transpose; where M % 16 == 8 the odd output rows' pieces shift by 8
   elements so no 32-byte sector is written by two CTAs: partial-sector writes cost up to 25%).
-  1-byte elements at odd M: the same idea for any pitch on 64 x 128 tiles (_tile_transpose_any).  Otherwise no shared memory: a thread loads an R x C
-  block (R rows, one C-element 16-byte vector each) into 32-bit words, transposes it by PRMT and
+  1-byte elements at odd M: the same idea for any pitch on 64 x 128 tiles (_tile_transpose_any).
+  Otherwise no shared memory: a thread loads an R x C block (R rows, one C-element 16-byte vector each) into 32-bit words, transposes it by PRMT and
   stores C vectors of R elements.  Lanes go in pairs along a row (the pair reads one full 32-byte sector per row) and
   16 pairs down the rows, so a warp's store writes 16 consecutive R-element pieces of an output
   row; the aligned kernels run 8 lanes along a row (whole 128-byte row reads; 1-byte elements then

@@ -47,6 +47,18 @@ def test_transpose_vectors_need_aligned_pitches(dt, m, n, kind):
     assert got == kind, str(e)
 
 
+@pytest.mark.parametrize("dt, m, n, want, unwanted", [(FP16, 3000, 7168, "sector=1", None), (FP16, 24, 40, "sector=1", None),
+                                                      (FP16, 3008, 7168, "tile=64", "sector"),
+                                                      (torch.uint8, 4097, 7168, "any_m=1", None),
+                                                      (torch.uint8, 4096, 7168, None, "any_m"),
+                                                      (torch.uint8, 4097, 7160, "unaligned=1", "any_m")])
+def test_transpose_whole_sector_tiles(dt, m, n, want, unwanted):
+    """2-byte at M % 16 == 8 and 1-byte at odd M (N whole 16-byte vectors) take the tiles whose
+    pieces start and end on 32-byte sectors (kernels_src/quant.py)."""
+    e = tkreg.explain("batched_transpose", torch.empty(1, m, n, dtype=dt), arch="sm_90a")
+    assert e.chosen is not None and (want is None or want in e.chosen) and (unwanted is None or unwanted not in e.chosen), str(e)
+
+
 @pytest.mark.parametrize("name, args, chosen", [
     ("per_channel_quant_fp8", (torch.empty(37, 7168, dtype=BF16),), "cs=1,cw=128,dtype=bfloat16,minb=3,pk=1,rpt=8"),
     ("per_channel_quant_fp8_transpose", (torch.empty(1, 40, dtype=FP16),), "cw=128,dtype=float16,minb=3,pk=1,rpt=8,transpose=1"),

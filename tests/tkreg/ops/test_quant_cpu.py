@@ -11,7 +11,7 @@ from tkreg.reference import quant as ref
 
 BF16, FP16, FP8 = torch.bfloat16, torch.float16, torch.float8_e4m3fn
 ops = tkreg.ops
-OPS = {"batched_transpose": 9, "per_channel_quant_fp8": 2, "per_channel_quant_fp8_transpose": 2,
+OPS = {"batched_transpose": 11, "per_channel_quant_fp8": 2, "per_channel_quant_fp8_transpose": 2,
        "silu_and_mul_per_channel_quant_fp8_transpose": 2, "silu_and_mul_backward_quant_fp8": 2,
        "per_token_group_quant_fp4": 4, "per_token_group_dequant_fp4": 1, "quant_e5m6": 4,
        "dequant_e5m6": 1, "group_dequant_fp8": 1, "per_channel_dequant_fp8": 1}
@@ -73,7 +73,7 @@ def test_transpose_whole_sector_tiles(dt, m, n, want, unwanted):
     ("batched_transpose", (torch.empty(2, 64, 64, dtype=torch.uint8),), "cols=16,dtype=uint8,lanes=8,rows=16,threads=128"),
     ("batched_transpose", (torch.empty(2, 72, 64, dtype=torch.uint8),), "cols=16,dtype=uint8,rows=8"),
     ("batched_transpose", (torch.empty(2, 64, 64, dtype=FP16),), "dtype=float16,threads=256,tile=64"),
-    ("batched_transpose", (torch.empty(1, 3000, 7696, dtype=FP16, device="meta"),), "dtype=float16,threads=256,tile=64"),
+    ("batched_transpose", (torch.empty(1, 3000, 7696, dtype=FP16, device="meta"),), "dtype=float16,sector=1,threads=256,tile=64"),
     ("batched_transpose", (torch.empty(1, 3000, 7694, dtype=FP16, device="meta"),), "cols=8,dtype=float16,rows=8,unaligned=1"),
     ("batched_transpose", (torch.empty(2, 64, 64, dtype=torch.int32),), "cols=4,dtype=int32,lanes=8,rows=4"),
     ("per_token_group_dequant_fp4", (torch.empty(3, 64, dtype=torch.uint8), torch.empty(3, 4, dtype=torch.uint8)), "cs=1,raster=flat"),

@@ -297,20 +297,19 @@ def _tile_transpose(bm: int, bn: int, threads: int, sector: int = 0):
     return batched_transpose
 
 
-def _tile_transpose_any(esize: int, bm: int, bn: int, threads: int):
-    """1- or 2-byte x[B, M, N] -> out[B, N, M] for any M (N a whole number of 16-byte vectors),
+def _tile_transpose_any(bm: int, bn: int, threads: int):
+    """1-byte x[B, M, N] -> out[B, N, M] for any M (N a whole number of 16-byte vectors),
     through a shared-memory tile, writing whole 32-byte sectors: output row n's piece of tile m0
     starts s(n) = (n * M) mod E elements early (E elements a sector), so every piece begins and ends
-    on a sector boundary and its 16-byte stores are aligned even where the pitch M * esize is odd;
+    on a sector boundary and its 16-byte stores are aligned even where the pitch M is odd;
     only the two vectors at a row's ends (before 0, past M) go element by element.  The tile holds
     E more rows above m0 (from L2: the CTA before loaded them); one more CTA column covers the
-    last rows.  A thread gathers V values down one tile column (one 32-bit word a row, PRMT)."""
+    last rows.  A thread gathers 16 bytes down one tile column (one 32-bit word a row, PRMT).
+    (Its 2-byte form lost to the register kernels: docs/sweeps/r24u.py, built against 334dd42.)"""
     import tilelang.language as T
 
     B, M, N = T.dynamic("B"), T.dynamic("M"), T.dynamic("N")
-    dt = {1: "uint8", 2: "float16"}[esize]
-    V, E = 16 // esize, 32 // esize         # elements a 16-byte vector, a 32-byte sector
-    per = 4 // esize                        # elements a 32-bit word
+    dt, V, E, per = "uint8", 16, 32, 4      # elements a 16-byte vector, a 32-byte sector, a word
     cpr, wpr = bn // V, bn // per           # 16-byte chunks, words a tile row
     rows = bm + E
     vl = -(-rows * cpr // threads)          # vectors a thread loads
@@ -341,25 +340,16 @@ def _tile_transpose_any(esize: int, bm: int, bn: int, threads: int):
                     for e in T.unroll(V):
                         t = E - sh + mv * V + e
                         w[e] = tile[t * wpr + ((wj // 4) ^ (t % cpr)) * 4 + wj % 4]
-                    if esize == 1:                         # byte j % 4 of 4 rows -> one word
-                        sel = T.cast((j % 4) | ((j % 4 + 4) << 4), "uint32")
-                        for h in T.unroll(4):
-                            o[h] = _prmt(T, _prmt(T, w[4 * h], w[4 * h + 1], sel),
-                                         _prmt(T, w[4 * h + 2], w[4 * h + 3], sel), 0x5410)
-                    else:                                  # half j % 2 of 2 rows -> one word
-                        half = T.if_then_else(j % 2 == 0, T.uint32(0x5410), T.uint32(0x7632))
-                        for h in T.unroll(4):
-                            o[h] = _prmt(T, w[2 * h], w[2 * h + 1], half)
+                    sel = T.cast((j % 4) | ((j % 4 + 4) << 4), "uint32")   # byte j % 4 of 4 rows -> a word
+                    for h in T.unroll(4):
+                        o[h] = _prmt(T, _prmt(T, w[4 * h], w[4 * h + 1], sel),
+                                     _prmt(T, w[4 * h + 2], w[4 * h + 3], sel), 0x5410)
                     if ms >= 0 and ms + V <= M:
                         T.stg128(out[bb, n0 + j, ms], o[T.Ramp(0, 1, 4)])
                     else:                                  # a row's first or last vector
                         for e in T.unroll(V):
                             if ms + e >= 0 and ms + e < M:
-                                if esize == 1:
-                                    out[bb, n0 + j, ms + e] = T.cast((o[e // 4] >> (8 * (e % 4))) & T.uint32(255), "uint8")
-                                else:
-                                    out[bb, n0 + j, ms + e] = T.reinterpret(
-                                        T.cast((o[e // 2] >> (16 * (e % 2))) & T.uint32(65535), "uint16"), "float16")
+                                out[bb, n0 + j, ms + e] = T.cast((o[e // 4] >> (8 * (e % 4))) & T.uint32(255), "uint8")
 
     return batched_transpose
 
@@ -386,7 +376,7 @@ def transpose_kernel(dtype: str, rows: int = 8, cols: int = 8, threads: int = 25
 
     if any_m:
         assert dtype == "uint8"
-        return _tile_transpose_any(1, 64, 128, threads)
+        return _tile_transpose_any(64, 128, threads)
     if tile:
         assert dtype == "float16" and not unaligned
         return _tile_transpose(tile, tile, threads, sector)

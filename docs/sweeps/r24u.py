@@ -5,6 +5,8 @@ half-sector pitches cost the 2-byte tile.  cfg 0: the shipped register kernel fo
 (kernels_src/quant.py transpose_kernel, unaligned=1, 128 threads); cfgs 1-3: the sector-aligned
 shared-memory tile (_tile_transpose_any) at bm x bn = 64 x 64, 64 x 128, 128 x 64 on 256 threads;
 1-byte cfg 4: the shipped aligned 1-byte register kernel (M % 16 == 0 only).
+The factory as swept took `esize` (1 or 2); the shipped one is 1-byte only, so this file builds
+against commit 334dd42 (`git worktree add /tmp/r24u 334dd42`, build from there).
 Build:
   .venv/bin/python -m build_tools build --src docs/sweeps/r24u.py --namespace sw --arch sm_90a \\
       --out .ab/r24u/pack --cache /tmp/gwscache -j 2

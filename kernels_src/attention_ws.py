@@ -37,6 +37,14 @@ count, so the turns pair up; the last arrive is left over at exit.
 tilelang's automatic __syncthreads is off (tl.disable_thread_storage_sync): it would deadlock in
 warpgroup-divergent code.  Grid form (sweeps only): O is staged in the consumer's own Q tile.
 
+Three consumers (`consumers=3`, persistent only; FlashAttention-3's d64 tile): 192 query rows, 512
+threads, setmaxnreg 24 / 160; the WGMMA turn goes round a ring (consumer c waits on named barrier
+1 + c and passes to 1 + (c + 1) % 3), so two consumers' matmuls run under each one's softmax; the
+empty barriers count 384.  Every role must sit in one if / elif / else chain on the thread index:
+tilelang's shared-memory planner gave a consumer in a later sibling statement the bytes of the
+earlier consumers' Q / O tiles (it takes them as dead), and the buffers must be bound to names
+(list elements came out named `v`, and that build broke the 2-consumer varlen kernel too).
+
 Persistent form (what ships, fixed lengths and varlen): min(items, SM_COUNT) CTAs, work item =
 (row-block pair, head, batch), CTA bx takes items bx, bx + grid, ...; an item is row block p then nmb - 1 - p, so under a
 causal mask every item costs the same (a stride over single row blocks gave some CTAs 20% more
@@ -50,8 +58,8 @@ waited by its issuing thread, has read it.  Varlen: the items are (pair slot, he
 owning the slots from cu_seqlens_q[b] // 256 + b on (`locate_varlen`), so the host knows the item
 count (TQ // 256 + batch) and no CTA is launched for the rows a short sequence lacks; the grid form
 launched ceil(max_seqlen / 128) row blocks for every sequence.  Measured on the H200
-(docs/attention-tuning.md, BENCHMARKS.md): d128 577-652 TFLOP/s, 0.96-1.04x cuDNN SDPA; d64
-0.84-0.93x.
+(docs/attention-tuning.md, BENCHMARKS.md): d128 577-652 TFLOP/s, 0.96-1.04x cuDNN SDPA; d64 on
+three consumers +8-9% over two (round 10).
 """
 LOG2E = 1.4426950408889634
 MASKED = -1e30   # not -inf: a row masked in a whole tile must not give exp2(-inf + inf) = NaN
@@ -104,17 +112,21 @@ def grid_prim_func(T, body, varlen: bool, HQ, HK, D: int, dtype: str, block_M: i
 
 
 def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int = 2, dtype: str = "bfloat16",
-                        persistent: bool = False, tree: int = 0, lazy: int = 0):
+                        persistent: bool = False, tree: int = 0, lazy: int = 0, consumers: int = 2):
     """persistent: min(items, SM_COUNT) CTAs walk the (row-block pair, head, batch) work items, so the
     next tile's K/V loads and Q run under this tile's epilogue.  tree: column classes a row for the
     softmax's max / sum chains (0: tilelang's reduce).  lazy: FlashAttention-4's lazy rescale, the
-    running max kept unless it grew by more than 2^lazy (0: off)."""
+    running max kept unless it grew by more than 2^lazy (0: off).  consumers: 64-row consumer
+    warpgroups a CTA (3: FlashAttention-3's 192-row tile for d64, persistent only, 160 registers
+    each), taking the WGMMA turn in a ring."""
     import tilelang
     import tilelang.language as T
 
-    assert stages >= 2
-    f32, D, half = "float32", dim, 64
-    block_M = 2 * half
+    assert stages >= 2 and consumers in (2, 3) and (persistent or consumers == 2)
+    f32, D, half, nc = "float32", dim, 64, consumers
+    block_M = nc * half
+    threads = 128 * (nc + 1)
+    nreg = {2: 240, 3: 160}[nc]   # setmaxnreg: 128 x 24 + 128 nc x nreg <= 64K
     HQ, HK = T.dynamic("HQ"), T.dynamic("HK")
     full_row = T.GemmWarpPolicy.FullRow
     nreg_s, nreg_o = half * block_N // 128, half * D // 128
@@ -285,24 +297,25 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
                  mine + 2)
 
     def buffers(own_o: bool):
-        # a CTA's shared memory and barriers: (q1_s, q2_s, o1_s, o2_s, k_s, v_s, kfull, kempty, vfull,
-        # vempty, q1_full, q2_full); o*_s only with own_o (persistent), else None (O reuses Q's tile)
-        q1_s = T.alloc_shared((half, D), dtype)
-        q2_s = T.alloc_shared((half, D), dtype)
-        o_s = (T.alloc_shared((half, D), dtype), T.alloc_shared((half, D), dtype)) if own_o else (None, None)
-        T.annotate_layout({q1_s: tilelang.layout.make_swizzled_layout(q1_s),
-                           q2_s: tilelang.layout.make_swizzled_layout(q2_s)})
-        return (q1_s, q2_s, *o_s, T.alloc_shared((stages, block_N, D), dtype),
+        # a CTA's shared memory and barriers, flat (unpacked into named variables, so the kernel's
+        # buffers keep their names): (q1_s, q2_s, q3_s, o1_s, o2_s, o3_s, k_s, v_s, kfull, kempty,
+        # vfull, vempty, q1_full, q2_full, q3_full); the third consumer's None when nc = 2; o*_s only
+        # with own_o (persistent), else None (O reuses Q's tile)
+        q_s = [T.alloc_shared((half, D), dtype) for _ in range(nc)] + [None] * (3 - nc)
+        o_s = ([T.alloc_shared((half, D), dtype) for _ in range(nc)] if own_o else [None] * nc) + [None] * (3 - nc)
+        T.annotate_layout({x: tilelang.layout.make_swizzled_layout(x) for x in q_s[:nc]})
+        return (*q_s, *o_s, T.alloc_shared((stages, block_N, D), dtype),
                 T.alloc_shared((stages, block_N, D), dtype), T.alloc_barrier([128] * stages),
-                T.alloc_barrier([256] * stages), T.alloc_barrier([128] * stages), T.alloc_barrier([256] * stages),
-                T.alloc_barrier(arrive_count=128), T.alloc_barrier(arrive_count=128))
+                T.alloc_barrier([128 * nc] * stages), T.alloc_barrier([128] * stages),
+                T.alloc_barrier([128 * nc] * stages),
+                *([T.alloc_barrier(arrive_count=128) for _ in range(nc)] + [None] * (3 - nc)))
 
     def log2_scale(softmax_scale):
         return T.if_then_else(softmax_scale > 0, softmax_scale, T.rsqrt(T.cast(D, f32))) * LOG2E
 
     @T.macro
     def body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0):
-        q1_s, q2_s, _, _, k_s, v_s, kfull, kempty, vfull, vempty, q1_full, q2_full = buffers(False)
+        q1_s, q2_s, _, _, _, _, k_s, v_s, kfull, kempty, vfull, vempty, q1_full, q2_full, _ = buffers(False)
         T.sync_threads()
         r0 = bx * block_M
         scale = log2_scale(softmax_scale)
@@ -386,9 +399,9 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
             n_tiles = tiles_of(causal, mb * block_M, sq, sk) * valid
             T.mbarrier_wait_parity(q_full, it % 2)
             mainloop(fr, rows0, sk, sk - sq, n_tiles, g, causal, scale, q_s, k_s, v_s, kfull, kempty, vfull, vempty,
-                     1 + c, 2 - c)
+                     1 + c, 1 + (c + 1) % nc)
             if it + 1 < nit:   # Q is free (every warp's last Q K^T done): load the next tile's
-                T.sync_threads(barrier_id=3 + c, arrive_count=128)
+                T.sync_threads(barrier_id=1 + nc + c, arrive_count=128)
                 if varlen:
                     locate_varlen(it + 1, bx, grid, cu_q, cu_k, NB, cur, nmb_, nh, nb, nvalid, nq0, nk0, nsq, nsk)
                 else:
@@ -396,7 +409,7 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
                 load_q(q, c, q_s, q_full, nmb_, nh, nb, nq0)
             if valid:
                 epilogue(fr, out, lse, b, h, q0, rows0, sq, sk - sq, n_tiles, g, causal, scale, o_s, v_s, vfull,
-                         vempty, 3 + c)
+                         vempty, 1 + nc + c)
             g = g + n_tiles
             mb = nmb_
             h = nh
@@ -411,8 +424,9 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
     @T.macro
     def persistent_kernel(q, k, v, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, items, causal, softmax_scale, SM_COUNT):
         # no tile (no sequence, or HQ = 0): a grid of 0, and the launcher skips the launch
-        with T.Kernel(T.min(items, SM_COUNT), threads=384) as bx:
-            q1_s, q2_s, o1_s, o2_s, k_s, v_s, kfull, kempty, vfull, vempty, q1_full, q2_full = buffers(True)
+        with T.Kernel(T.min(items, SM_COUNT), threads=threads) as bx:
+            (q1_s, q2_s, q3_s, o1_s, o2_s, o3_s, k_s, v_s, kfull, kempty, vfull, vempty, q1_full, q2_full,
+             q3_full) = buffers(True)
             g = T.alloc_var("int32")
             T.sync_threads()
             grid = T.min(items, SM_COUNT)
@@ -432,14 +446,19 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
                     producer(k, v, b, h // (HQ // HK), k0, n_tiles, g, k_s, v_s, kfull, kempty, vfull, vempty)
                     g = g + n_tiles
             elif tx < 256:
-                T.inc_max_nreg(240)
-                T.named_barrier_arrive(1, 256)                          # consumer 1 goes first
+                T.inc_max_nreg(nreg)
+                T.named_barrier_arrive(1, 256)                          # consumer 0 goes first
                 persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, nit, grid, bx, causal, scale, 0, q1_s,
                                     o1_s, k_s, v_s, kfull, kempty, vfull, vempty, q1_full, g)
-            else:
-                T.inc_max_nreg(240)
+            elif nc == 2 or tx < 384:
+                T.inc_max_nreg(nreg)
                 persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, nit, grid, bx, causal, scale, 1, q2_s,
                                     o2_s, k_s, v_s, kfull, kempty, vfull, vempty, q2_full, g)
+            else:   # one chain of branches: tilelang's shared-memory planner would alias the buffers of a
+                # consumer in a later statement with those of an earlier one it thinks are dead
+                T.inc_max_nreg(nreg)
+                persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, nit, grid, bx, causal, scale, 2, q3_s,
+                                    o3_s, k_s, v_s, kfull, kempty, vfull, vempty, q3_full, g)
 
     if not persistent:
         return grid_prim_func(T, body, varlen, HQ, HK, D, dtype, block_M, 384)

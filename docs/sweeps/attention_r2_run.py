@@ -20,7 +20,8 @@ def dims() -> dict:
         f = pathlib.Path(d) / "sm_90a" / "manifest.json"
         if f.is_file():
             text = f.read_text()
-            return {int(c): int(dm) for c, dm in re.findall(r'"[^"]*?cfg=(\d+),dim=(\d+)[^"]*"', text)}
+            keys = re.findall(r'cfg=\d+[^"]*', text)   # variant keys: k=v,... sorted by k
+            return {int(re.search(r'cfg=(\d+)', k)[1]): int(re.search(r'dim=(\d+)', k)[1]) for k in keys}
     raise SystemExit("TKREG_PACKS must name a pack built from docs/sweeps/attention_r*.py")
 
 

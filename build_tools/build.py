@@ -98,14 +98,17 @@ def _grouped(what: str, failures: list) -> str:
 
 def _precheck(planned: list, misses: set) -> dict:
     """Before any compile: each uncached variant's factory runs (it only builds the prim_func: no
-    lowering, no nvcc) to read its tensors' dtypes, so a broken factory, or a dtype the spec
-    declares that no variant compiles, fails in seconds rather than after every compile."""
-    from .plan import kernel_dtypes
+    lowering, no nvcc) to read its tensors' dtypes, so a broken factory, a dtype the spec declares
+    that no variant compiles, or unnamed shared buffers fail in seconds rather than after every
+    compile."""
+    from .plan import check_shared_names, kernel_dtypes
     failures, seen = [], {}
     for spec, variant, job in planned:
         if job.key in misses:
             try:
-                seen[job.key] = kernel_dtypes(spec.factory(**factory_kwargs(spec.factory, variant, job.arch)))
+                func = spec.factory(**factory_kwargs(spec.factory, variant, job.arch))
+                check_shared_names(func)
+                seen[job.key] = kernel_dtypes(func)
             except Exception as e:  # noqa: BLE001 - whatever the factory raised is the author's message
                 failures.append((job.label, f"{type(e).__name__}: {e}"))
     if failures:

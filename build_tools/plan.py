@@ -77,6 +77,28 @@ def kernel_dtypes(func) -> dict:
     return {b.name: _dtype_name(b.dtype) for b in (func.buffer_map[p] for p in func.params if p in func.buffer_map)}
 
 
+def check_shared_names(func) -> None:
+    """Every shared buffer (barriers too) a kernel allocates needs a name of its own.  tilelang names
+    a buffer after the variable it is first bound to, so buffers kept in a list or tuple come out
+    unnamed, and some of its passes tell shared buffers apart by name: in an attention kernel whose
+    per-consumer tiles sat in lists, the epilogue's copy of O went to another consumer's Q tile
+    (docs/attention-tuning.md, round 10).  Raises SpecError naming the culprits."""
+    names = []
+
+    def visit(n):
+        if isinstance(n, tirx.SBlock):
+            names.extend(b.name for b in n.alloc_buffers if b.scope().startswith("shared"))
+    tirx.stmt_functor.post_order_visit(func.body, visit)
+    seen, bad = set(), []
+    for name in names:
+        if not name or name in seen:
+            bad.append(repr(name))
+        seen.add(name)
+    if bad:
+        raise SpecError(f"shared buffers without a name of their own: {', '.join(sorted(set(bad)))} (bind each "
+                        "T.alloc_shared / T.alloc_barrier to its own variable, not to a list or tuple element)")
+
+
 def extract(spec: OpSpec, variant: Variant, func, artifact) -> Plan:
     """The plan for one compiled variant; raises SpecError naming what disagrees."""
     where = f"{spec.name}[{variant.key}]"

@@ -9,15 +9,15 @@ output is 0 and its lse -inf.  softmax_scale = 0 means 1 / sqrt(D).
 
 Two kernels.  On sm_90a, kernels_src/attention_ws.py: FlashAttention-3's schedule written by hand
 (a TMA producer warpgroup, two consumer warpgroups taking turns on the tensor cores, the softmax
-of one K/V tile under the P V of the previous), persistent (`consumers=3`, 192-row tiles for d64,
-is built and measured but not yet in the wheel: `WIDE`).  Elsewhere (sm_100a,
-where WGMMA does not exist) `attention_kernel` below: each CTA owns block_M query rows of one head
-and walks the KV sequence in block_N tiles with tilelang's automatic pipelining (`num_stages`), as
-in its `example_gqa_fwd_bshd`.  Masks are applied only to the tiles that need one (the sequence
-tail, the causal diagonal band).  Measured on the H200 (docs/attention-tuning.md): the sm_90a
-kernel 0.96-1.04x cuDNN SDPA at d128, 0.84-0.93x at d64 (three consumers: +8-9% in a sweep).  q/k/v
-are read through their strides: slices of a fused qkv projection need no copy (the head dim must be contiguous; TMA needs 16-byte
-aligned strides).
+of one K/V tile under the P V of the previous), persistent; its three-consumer form (192-row d64
+tiles, +8-9% in a sweep) is built and measured but not yet in the wheel (`WIDE`).  Elsewhere
+(sm_100a, where WGMMA does not exist) `attention_kernel` below: each CTA owns block_M query rows of
+one head and walks the KV sequence in block_N tiles with tilelang's automatic pipelining
+(`num_stages`), as in its `example_gqa_fwd_bshd`.  Masks are applied only to the tiles that need one
+(the sequence tail, the causal diagonal band).  Measured on the H200 (docs/attention-tuning.md): the
+sm_90a kernel 0.96-1.04x cuDNN SDPA at d128, 0.84-0.93x at d64.  q/k/v are read through their
+strides: slices of a fused qkv projection need no copy (the head dim must be contiguous; TMA needs
+16-byte aligned strides).
 
 Varlen packs sequences as [total, H, D] with int32 cu_seqlens (FlashAttention's convention).  On
 sm_90a the persistent kernel walks (row-block pair, head) items of all sequences (attention_ws.py:

@@ -43,7 +43,8 @@ threads, setmaxnreg 24 / 160; the WGMMA turn goes round a ring (consumer c waits
 empty barriers count 384.  Every role must sit in one if / elif / else chain on the thread index:
 tilelang's shared-memory planner gave a consumer in a later sibling statement the bytes of the
 earlier consumers' Q / O tiles (it takes them as dead), and the buffers must be bound to names
-(list elements came out named `v`, and that build broke the 2-consumer varlen kernel too).
+(list elements all came out named `v...`, and tilelang then resolved the epilogue's O copy to a Q
+tile: the 2-consumer varlen kernel broke too).
 
 Persistent form (what ships, fixed lengths and varlen): min(items, SM_COUNT) CTAs, work item =
 (row-block pair, head, batch), CTA bx takes items bx, bx + grid, ...; an item is row block p then nmb - 1 - p, so under a

@@ -140,6 +140,20 @@ def test_too_much_shared_memory_fails_the_build(tmp_path):
         _build(d, tmp_path / "out", tmp_path / "cache")
 
 
+def test_unnamed_shared_buffers_fail_the_build_before_any_compile(tmp_path):
+    """Buffers kept in a list come out unnamed, and tilelang tells shared buffers apart by name."""
+    d = tmp_path / "noname"
+    d.mkdir()
+    f = write_module(d / "fam.py")
+    f.write_text(f.read_text().replace(
+        "            for i, j in T.Parallel(4, N):",
+        "            s = [T.alloc_shared((4, N), dtype) for _ in range(2)]\n            T.fill(s[0], 0)\n"
+        "            T.fill(s[1], 0)\n            for i, j in T.Parallel(4, N):"))
+    with pytest.raises(BuildError, match=r"shared buffers without a name of their own: ''"):
+        _build(d, tmp_path / "out", tmp_path / "cache")
+    assert not list((tmp_path / "cache").rglob("kernel.cubin"))
+
+
 def test_spec_kernel_mismatch_is_a_clear_error(tmp_path):
     d = tmp_path / "mis"
     d.mkdir()

@@ -37,6 +37,18 @@ def _build(src, out, cache, **kw):
     return build(out, src=str(src), cache_root=cache, namespace="t", progress=False, log=quiet, jobs=2, **kw)
 
 
+def edited(tmp_path, old: str, new: str) -> Path:
+    """A source folder holding the test module with `old` replaced by `new`."""
+    d = tmp_path / "edited"
+    d.mkdir()
+    f = write_module(d / "fam.py")
+    f.write_text(f.read_text().replace(old, new))
+    return d
+
+
+BODY = "            for i, j in T.Parallel(4, N):"   # the kernel's loop: lines inserted before it run first
+
+
 def test_pack_manifest_and_cubins(src, tmp_path):
     rep = _build(src, tmp_path / "out", tmp_path / "cache", archs=("sm_90a", "sm_100a"))
     assert len(rep.compiled) == 2
@@ -114,12 +126,8 @@ def test_a_failing_factory_is_one_short_block(tmp_path):
 
 
 def test_compile_error_names_op_variant_arch_and_nvcc_message(tmp_path):
-    d = tmp_path / "bad"
-    d.mkdir()
-    f = write_module(d / "fam.py")
-    f.write_text(f.read_text().replace(
-        "out[bx * 4 + i, j] = T.cast(T.cast(x[bx * 4 + i, j], \"float32\") * alpha, dtype)",
-        "out[bx * 4 + i, j] = T.cast(T.call_extern(\"float32\", \"tkreg_no_such_function\"), dtype)"))
+    d = edited(tmp_path, "out[bx * 4 + i, j] = T.cast(T.cast(x[bx * 4 + i, j], \"float32\") * alpha, dtype)",
+               "out[bx * 4 + i, j] = T.cast(T.call_extern(\"float32\", \"tkreg_no_such_function\"), dtype)")
     with pytest.raises(BuildError) as e:
         _build(d, tmp_path / "out", tmp_path / "cache")
     msg = str(e.value)
@@ -129,36 +137,23 @@ def test_compile_error_names_op_variant_arch_and_nvcc_message(tmp_path):
 
 def test_too_much_shared_memory_fails_the_build(tmp_path):
     """The driver would refuse it only at the first launch (cuFuncSetAttribute: invalid argument)."""
-    d = tmp_path / "big"
-    d.mkdir()
-    f = write_module(d / "fam.py")
-    f.write_text(f.read_text().replace(
-        "            for i, j in T.Parallel(4, N):",
-        "            s = T.alloc_shared((240 * 1024,), \"uint8\")\n            T.fill(s, 0)\n"
-        "            x[bx, 0] = T.cast(s[bx], dtype)\n            for i, j in T.Parallel(4, N):"))
+    d = edited(tmp_path, BODY, "            s = T.alloc_shared((240 * 1024,), \"uint8\")\n            T.fill(s, 0)\n"
+               "            x[bx, 0] = T.cast(s[bx], dtype)\n" + BODY)
     with pytest.raises(BuildError, match=r"needs 245760 bytes of shared memory; .* at most 232448"):
         _build(d, tmp_path / "out", tmp_path / "cache")
 
 
 def test_unnamed_shared_buffers_fail_the_build_before_any_compile(tmp_path):
     """Buffers kept in a list come out unnamed, and tilelang tells shared buffers apart by name."""
-    d = tmp_path / "noname"
-    d.mkdir()
-    f = write_module(d / "fam.py")
-    f.write_text(f.read_text().replace(
-        "            for i, j in T.Parallel(4, N):",
-        "            s = [T.alloc_shared((4, N), dtype) for _ in range(2)]\n            T.fill(s[0], 0)\n"
-        "            T.fill(s[1], 0)\n            for i, j in T.Parallel(4, N):"))
+    d = edited(tmp_path, BODY, "            s = [T.alloc_shared((4, N), dtype) for _ in range(2)]\n"
+               "            T.fill(s[0], 0)\n            T.fill(s[1], 0)\n" + BODY)
     with pytest.raises(BuildError, match=r"shared buffers without a name of their own: ''"):
         _build(d, tmp_path / "out", tmp_path / "cache")
     assert not list((tmp_path / "cache").rglob("kernel.cubin"))
 
 
 def test_spec_kernel_mismatch_is_a_clear_error(tmp_path):
-    d = tmp_path / "mis"
-    d.mkdir()
-    f = write_module(d / "fam.py")
-    f.write_text(f.read_text().replace('Tensor("out", ("M", "N")', 'Tensor("y", ("M", "N")'))
+    d = edited(tmp_path, 'Tensor("out", ("M", "N")', 'Tensor("y", ("M", "N")')
     with pytest.raises(BuildError, match=r"kernel tensors \['out', 'x'\] differ from the spec's \['x', 'y'\]"):
         _build(d, tmp_path / "out", tmp_path / "cache")
 

@@ -40,11 +40,11 @@ warpgroup-divergent code.  Grid form (sweeps only): O is staged in the consumer'
 Three consumers (`consumers=3`, persistent only; FlashAttention-3's d64 tile): 192 query rows, 512
 threads, setmaxnreg 24 / 160; the WGMMA turn goes round a ring (consumer c waits on named barrier
 1 + c and passes to 1 + (c + 1) % 3), so two consumers' matmuls run under each one's softmax; the
-empty barriers count 384.  Every role must sit in one if / elif / else chain on the thread index:
-tilelang's shared-memory planner gave a consumer in a later sibling statement the bytes of the
-earlier consumers' Q / O tiles (it takes them as dead), and the buffers must be bound to names
-(list elements all came out named `v...`, and tilelang then resolved the epilogue's O copy to a Q
-tile: the 2-consumer varlen kernel broke too).
+empty barriers count 384.  Every shared buffer is bound to a name of its own (the build checks
+it): list elements came out unnamed, and tilelang then resolved the epilogue's O copy to a Q tile
+(the 2-consumer varlen kernel broke too).  Every role sits in one if / elif / else chain on the
+thread index: a build with the third consumer in a later sibling `if` (its buffers unnamed as well)
+had its Q / O tiles at the same bytes as the others'.
 
 Persistent form (what ships, fixed lengths and varlen): min(items, SM_COUNT) CTAs, work item =
 (row-block pair, head, batch), CTA bx takes items bx, bx + grid, ...; an item is row block p then nmb - 1 - p, so under a

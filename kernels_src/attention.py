@@ -10,7 +10,7 @@ output is 0 and its lse -inf.  softmax_scale = 0 means 1 / sqrt(D).
 Two kernels.  On sm_90a, kernels_src/attention_ws.py: FlashAttention-3's schedule written by hand
 (a TMA producer warpgroup, two consumer warpgroups taking turns on the tensor cores, the softmax
 of one K/V tile under the P V of the previous), persistent; its three-consumer form (192-row d64
-tiles, +8-9% in a sweep) is built and measured but not yet in the wheel (`WIDE`).  Elsewhere
+tiles, +8-9% in a sweep) is not in the wheel yet (docs/attention-tuning.md, round 10).  Elsewhere
 (sm_100a, where WGMMA does not exist) `attention_kernel` below: each CTA owns block_M query rows of
 one head and walks the KV sequence in block_N tiles with tilelang's automatic pipelining
 (`num_stages`), as in its `example_gqa_fwd_bshd`.  Masks are applied only to the tiles that need one
@@ -148,26 +148,15 @@ def attention_factory(kernel: str, arch: str = "", **params):
 
 # FlashAttention-4's lazy rescale (attention_ws.py): +1-3% at d64, -3-13% at d128 (round 8)
 LAZY = {64: dict(lazy=8)}
-# d64 on FlashAttention-3's 192-row tile (three consumers at 160 registers, no lazy rescale: it
-# costs registers there): two consumers' matmuls run under each one's softmax, +8-9% in the
-# round-10 sweep, where d64 non-causal, and causal from 16k keys, took it (causal at 4k keys lost
-# 15-21%: every consumer walks the block's last row's tile count).  Not in the wheel yet: the
-# build that ships it (buffers bound to names, docs/attention-tuning.md round 10) has not run on
-# a GPU; set WIDE = WIDE_MEASURED once the GPU gate passes on it.
-WIDE_MEASURED = {64: "not causal or Sk >= 16384"}
-WIDE: dict = {}
 
 
 def _variants(varlen: bool) -> tuple:
     """One per (head dim, dtype) and arch family: the persistent WS kernel on sm_90a, the tiled
     kernel on sm_100a (T.gemm lowers to mma.sync there: compiled, never run, not tuned)."""
     rule = "HQ % HK == 0"
-    ws = lambda d, dtype: dict(kernel="ws", dim=d, varlen=varlen, dtype=dtype, persistent=True, tree=8, **LAZY.get(d, {}))
-    wide = tuple(Variant(dict(ws(d, dtype), consumers=3, lazy=0), rule=f"{rule} and ({WIDE[d]})", priority=1,
-                         archs=("sm_90a",), pass_configs=WS_PASS_CONFIGS)
-                 for d in WIDE for dtype in DTYPES) if not varlen else ()
-    return wide + tuple(v for d in (128, 64) for dtype in DTYPES for v in (
-        Variant(ws(d, dtype), rule=rule, archs=("sm_90a",), pass_configs=WS_PASS_CONFIGS),
+    return tuple(v for d in (128, 64) for dtype in DTYPES for v in (
+        Variant(dict(kernel="ws", dim=d, varlen=varlen, dtype=dtype, persistent=True, tree=8, **LAZY.get(d, {})),
+                rule=rule, archs=("sm_90a",), pass_configs=WS_PASS_CONFIGS),
         Variant(dict(CONFIGS[d], kernel="tiled", dim=d, varlen=varlen, dtype=dtype, mask="boundary"), rule=rule,
                 archs=("sm_100a",), pass_configs=FAST_EXP)))
 

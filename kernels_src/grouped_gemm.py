@@ -24,15 +24,14 @@ element by element under a row mask.  a, b and out are read/written by TMA only 
 b[e] and the masked a/out), so b may exceed 2^31 elements (index64); the partial-tile stores
 index out with int32 (variant rule: out's element count < 2^31).
 
-Tiles follow kernels_src/gemm.py / fp8_gemm.py (TMA loads, T.Pipelined K loop warp-specialized by
-tilelang, WGMMA): bf16 128x256x64 (4 stages) where the grid covers the SMs, else 128x128x128;
-masked with Mmax <= 64: 64x128.  bf16/fp16 contiguous where 128x256 tiles cover the SMs: the dense
-op's hand-written warp-specialized persistent tile (kernels_src/gemm_ws.py), which finds each tile's
-expert with `expert_macro` too.  FP8 on sm_90a: 128x128 on the hand-written warp-specialized
-tile (kernels_src/fp8_ws.py, which promotes block k under block k+1's WGMMAs; the tile finds its
-expert with `expert_macro` like these kernels); Mmax <= 64: 64x128 here.  sm_100a: bf16/fp16 on
-tcgen05 (kernels_src/grouped_gemm_sm100.py, 128-row tiles); FP8 runs this pipelined Hopper kernel
-there (128x128; T.gemm lowers to mma.sync: slow).  Compiled and SASS-checked, never run.
+bf16/fp16 tiles follow kernels_src/gemm.py (TMA loads, T.Pipelined K loop warp-specialized by
+tilelang, WGMMA): 128x256x64 (4 stages) where the grid covers the SMs, else 128x128x128; masked
+with Mmax <= 64: 64x128.  Contiguous where 128x256 tiles cover the SMs: the dense op's hand-written
+warp-specialized persistent tile (kernels_src/gemm_ws.py), which finds each tile's expert with
+`expert_macro` too.  FP8 on sm_90a: the dense op's hand-written warp-specialized tile
+(kernels_src/fp8_ws.py, which promotes block k under block k+1's WGMMAs), 128 rows, or 64 for masked
+Mmax <= 64.  sm_100a: tcgen05 + TMEM for every dtype (kernels_src/grouped_gemm_sm100.py, 128-row
+tiles); compiled and SASS-checked, never run.
 """
 from tkreg.spec import OpSpec, Tensor, Variant
 
@@ -93,16 +92,13 @@ def bf16_ws_kernel(layout: str, dtype: str = "bfloat16", **params):
     return prim_func(T, body, True, M, N, K, E, dtype, dtype, False, sm_count=sms)
 
 
-def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: int, threads: int,
-                   block_K: int = GROUP, dtype: str = "bfloat16", prefetch: int = 0):
-    """Both layouts, bf16/fp16 (`fp8=False`) or FP8 block-scaled (fp8_gemm's 2xAcc tile: one WGMMA
-    chain per 128-wide K block into `part`, promoted into `acc` with a_scale[row, kb] *
-    b_scale[e, n // 128, kb]; block_N divides 128, so one b scale per tile and K block)."""
+def grouped_kernel(layout: str, block_M: int, block_N: int, stages: int, threads: int, block_K: int = GROUP,
+                   dtype: str = "bfloat16"):
+    """Both layouts, bf16/fp16, on the pipelined tile (T.Pipelined K loop, WGMMA)."""
     import tilelang.language as T
 
     contiguous = layout == "contiguous"
-    assert ALIGN % block_M == 0 and (not fp8 or (block_K == GROUP and GROUP % block_N == 0))
-    in_dt, out_dt = (FP8, "bfloat16") if fp8 else (dtype, dtype)
+    assert ALIGN % block_M == 0
     M, N, K, E = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E")
     iters = T.ceildiv(K, block_K)
     expert_of = expert_macro(T, contiguous, M, E)
@@ -120,77 +116,36 @@ def grouped_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: i
             for i, j in T.Parallel(block_M, block_N):
                 if m0 + i < hi and n0 + j < N:
                     if contiguous:
-                        out[m0 + i, n0 + j] = T.cast(acc[i, j], out_dt)
+                        out[m0 + i, n0 + j] = T.cast(acc[i, j], dtype)
                     else:
-                        out[e, m0 + i, n0 + j] = T.cast(acc[i, j], out_dt)
-
-    def a_scale_at(a_scale, e, row, kb):
-        return a_scale[T.min(row, M - 1), kb] if contiguous else a_scale[e, T.min(row, M - 1), kb]
+                        out[e, m0 + i, n0 + j] = T.cast(acc[i, j], dtype)
 
     @T.macro
     def body(a, a_scale, b, b_scale, groups, out):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), 1 if contiguous else E,
                       threads=threads) as (bx, by, bz):
-            a_s = T.alloc_shared((block_M, block_K), in_dt)
-            b_s = T.alloc_shared((block_N, block_K), in_dt)
-            c_s = T.alloc_shared((block_M, block_N), out_dt)
+            a_s = T.alloc_shared((block_M, block_K), dtype)
+            b_s = T.alloc_shared((block_N, block_K), dtype)
+            c_s = T.alloc_shared((block_M, block_N), dtype)
             acc = T.alloc_fragment((block_M, block_N), "float32")
-            part = T.alloc_fragment((block_M, block_N), "float32") if fp8 else None
-            sa = T.alloc_fragment((block_M,), "float32") if prefetch else None
-            sa_n = T.alloc_fragment((block_M,), "float32") if prefetch == 2 else None
-            sb = T.alloc_local((1,), "float32") if prefetch else None
             e = T.alloc_var("int32")
             hi = T.alloc_var("int32")
             valid = T.alloc_var("int32")
             T.use_swizzle(panel_size=10)
             m0, n0 = by * block_M, bx * block_N
             expert_of(groups, m0, bz, e, hi, valid)
-            if fp8:
-                # Producer 24 / consumers 240 registers (setmaxnreg), as tilelang gives the dense
-                # fp8_gemm.  It leaves them out here (the producer computes the expert search), and
-                # the contiguous kernel then deadlocked on the H200 within 30 launches of 8 x 4096
-                # rows (every other variant tried: docs/grouped-gemm-hang.md); with them: none.
-                T.annotate_producer_reg_dealloc()
-                T.annotate_consumer_reg_alloc()
             T.clear(acc)
-            if prefetch == 2:
-                for i in T.Parallel(block_M):
-                    sa_n[i] = a_scale_at(a_scale, e, m0 + i, 0)
             for k in T.Pipelined(iters * valid, num_stages=stages):
                 if contiguous:
                     T.copy(a[m0, k * block_K], a_s)
                 else:
                     T.copy(a[e, m0, k * block_K], a_s)
                 T.copy(b[e, n0, k * block_K], b_s)
-                if fp8 and prefetch:
-                    # the promotion's scales, loaded before the WGMMAs so their latency hides
-                    # under the tensor-core work (as fp8_gemm's prefetch: 1 this block's, 2 the next's)
-                    if prefetch == 1:
-                        for i in T.Parallel(block_M):
-                            sa[i] = a_scale_at(a_scale, e, m0 + i, k)
-                    else:
-                        for i in T.Parallel(block_M):
-                            sa[i] = sa_n[i]
-                        for i in T.Parallel(block_M):
-                            sa_n[i] = a_scale_at(a_scale, e, m0 + i, T.min(k + 1, iters - 1))
-                    sb[0] = b_scale[e, n0 // GROUP, k]
-                    T.gemm(a_s, b_s, part, transpose_B=True, clear_accum=True)
-                    for i, j in T.Parallel(block_M, block_N):
-                        acc[i, j] += part[i, j] * (sa[i] * sb[0])
-                elif fp8:
-                    T.gemm(a_s, b_s, part, transpose_B=True, clear_accum=True)
-                    sb = b_scale[e, n0 // GROUP, k]
-                    for i, j in T.Parallel(block_M, block_N):
-                        if contiguous:
-                            acc[i, j] += part[i, j] * (a_scale[T.min(m0 + i, M - 1), k] * sb)
-                        else:
-                            acc[i, j] += part[i, j] * (a_scale[e, T.min(m0 + i, M - 1), k] * sb)
-                else:
-                    T.gemm(a_s, b_s, acc, transpose_B=True)
+                T.gemm(a_s, b_s, acc, transpose_B=True)
             if valid > 0:
                 store(acc, c_s, out, e, m0, n0, hi)
 
-    return prim_func(T, body, contiguous, M, N, K, E, in_dt, out_dt, fp8)
+    return prim_func(T, body, contiguous, M, N, K, E, dtype, dtype, False)
 
 
 def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: str, fp8: bool, sm_count=None):
@@ -246,12 +201,12 @@ def factory(arch: str = "sm_90a", shape_class: str = "", mma: str = "wgmma", **p
     """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it.
     `mma="tcgen05"`: the sm_100a kernel (kernels_src/grouped_gemm_sm100.py)."""
     if mma == "tcgen05":
-        from .grouped_gemm_sm100 import grouped_tcgen05_kernel
-        params.pop("fp8")
-        return grouped_tcgen05_kernel(**params)
+        from .grouped_gemm_sm100 import fp8_grouped_tcgen05_kernel, grouped_tcgen05_kernel
+        return fp8_grouped_tcgen05_kernel(**params) if params.pop("fp8") else grouped_tcgen05_kernel(**params)
     if mma == "ws":
         assert arch == "sm_90a"
         return ws_kernel(**params) if params.pop("fp8") else bf16_ws_kernel(**params)
+    assert not params.pop("fp8"), "FP8: the warp-specialized (sm_90a) or tcgen05 (sm_100a) tile"
     return grouped_kernel(**params)
 
 
@@ -262,10 +217,6 @@ def _fills(bm: int, bn: int, m: str) -> str:
 LARGE = dict(block_M=128, block_N=256, block_K=64, stages=4, threads=256)
 MID = dict(block_M=128, block_N=128, block_K=128, stages=3, threads=256)
 SMALL = dict(block_M=64, block_N=128, block_K=128, stages=4, threads=128)
-# FP8: scales prefetched a K block ahead (docs/sweeps/fp8_gemm_r3.py on the H200: contiguous
-# 8 x 4096 rows 605 -> 855 TFLOP/s, masked 1024 rows 588 -> 798, Mmax 64 +12%).
-FP8_MID = dict(block_M=128, block_N=128, stages=4, threads=256, prefetch=2)
-FP8_SMALL = dict(block_M=64, block_N=128, stages=6, threads=128, prefetch=2)
 # (name, tile, rule, priority) per layout; the last of each has no rule.  Contiguous: the grid is
 # M / block_M tiles whatever the expert count, so gemm's "covers 3/4 of the SMs" rule applies.
 # Masked: Mmax (a capacity, not the counts) picks the row tile.
@@ -277,8 +228,10 @@ BF16_CLASSES = {
     "masked": (("large", LARGE, "M > 64", 10), ("small", SMALL, None, 0)),
 }
 # sm_90a: the 128-row tiles are the hand-written warp-specialized tile (kernels_src/fp8_ws.py),
-# which promotes block k under block k+1's WGMMAs; sm_100a keeps the pipelined FP8_MID (mma.sync).
-# Masked Mmax <= 64: FP8_WS_64 on sm_90a, FP8_SMALL on sm_100a.
+# which promotes block k under block k+1's WGMMAs; masked Mmax <= 64: FP8_WS_64.  sm_100a: the
+# dense op's tcgen05 tile (FP8_TC, kernels_src/gemm_sm100.py) for every count: 128 rows (one TMEM
+# lane a row), so Mmax <= 64 leaves half the MMA rows empty (TMA zero-fills them) - the weight
+# stream, not the MMA, bounds those.
 # The scales ride the ring (`smem_scales`: the producer stages each K block's scales in its slot;
 # docs/sweeps/fp8_ring.py: contiguous +3-11%, masked +4-8%).  Contiguous: persistent CTAs, one a
 # SM, so the next tile's loads run under this tile's epilogue (with the ring, equal to or faster
@@ -286,16 +239,16 @@ BF16_CLASSES = {
 FP8_WS = dict(block_M=128, stages=4, consumers=2, unroll=2, mma="ws", smem_scales=True, producer_regs=40,
               consumer_regs=232)
 # Masked Mmax <= 64 (DeepEP low-latency counts): one 64-row consumer, 8 stages; streams the expert
-# weights 3-9% faster than FP8_SMALL (docs/sweeps/fp8_masked_small.py: 85-89% of copy at K = 7168),
+# weights 3-9% faster than the pipelined 64x128 tile it replaced (docs/sweeps/fp8_masked_small.py: 85-89% of copy at K = 7168),
 # its scales in the ring too (+2-7%, docs/sweeps/fp8_masked_occ.py, where two CTAs a SM at 3 stages
 # won at K = 2048 on some counts and lost up to 17% at K = 7168).
 FP8_WS_64 = dict(block_M=64, stages=8, consumers=1, unroll=2, mma="ws", smem_scales=True, producer_regs=40,
                  consumer_regs=232)
+FP8_TC = dict(block_M=128, block_N=128, stages=4, threads=256, mma="tcgen05")
 FP8_CLASSES = {      # per arch
     "sm_90a": {"contiguous": (("ws-persistent", dict(FP8_WS, persistent=True), None, 0),),
                "masked": (("ws", FP8_WS, "M > 64", 10), ("ws-64", FP8_WS_64, None, 0))},
-    "sm_100a": {"contiguous": (("mid", FP8_MID, None, 0),),
-                "masked": (("mid", FP8_MID, "M > 64", 10), ("small", FP8_SMALL, None, 0))},
+    "sm_100a": {"contiguous": (("tcgen05", FP8_TC, None, 0),), "masked": (("tcgen05", FP8_TC, None, 0),)},
 }
 # sm_100a bf16/fp16: tcgen05 kernels, 128-row tiles only (one TMEM lane per row), as gemm_sm100's.
 SM100_CLASSES = {

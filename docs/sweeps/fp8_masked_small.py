@@ -4,7 +4,8 @@ for Mmax <= 64), cfg 1-3 = its tile / depth variants, cfg 4-5 = the warp-special
 64-row consumer, cfg 6 = the shipped 128-row warp-specialized tile (Mmax > 64).  Build:
   .venv/bin/python -m build_tools build --src docs/sweeps/fp8_masked_small.py --namespace sw --arch sm_90a \\
       --out .ab/msmall/pack --cache /tmp/mscache -j 2
-Run (cwd outside the repo): `SMALL_MASKED=1 TKREG_PACKS=pack python3 docs/sweeps/fp8_gemm_r2_run.py OUT.json`.
+FP8_SMALL and the pipelined FP8 grouped tile left kernels_src after this sweep: build it at commit
+b5eb701.  Run (cwd outside the repo): `SMALL_MASKED=1 TKREG_PACKS=pack python3 docs/sweeps/fp8_gemm_r2_run.py OUT.json`.
 """
 import sys, pathlib
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))

@@ -1,5 +1,5 @@
 """The shipped sm_100a GEMMs (kernels_src/gemm_sm100.py, grouped_gemm_sm100.py) are tcgen05 kernels:
-every tkreg.gemm, tkreg.fp8_gemm and bf16/fp16 grouped GEMM cubin in the installed wheel's sm_100a
+every tkreg.gemm, tkreg.fp8_gemm and grouped GEMM (bf16/fp16 and FP8) cubin in the installed wheel's sm_100a
 pack has UTC*MMA instructions in its SASS and no HMMA (mma.sync), and fits sm_100's shared memory.  Nothing here runs them: no Blackwell GPU.
 Needs a disassembler (nvdisasm from build_tools/requirements-build.txt, or the CUDA toolkit's)."""
 from __future__ import annotations
@@ -15,7 +15,8 @@ from build_tools.sass import find_disassembler, mma_summary
 SMEM_MAX = 232448   # sm_100: 227 KB of dynamic shared memory per CTA
 
 
-@pytest.mark.parametrize("op", ["tkreg.gemm", "tkreg.fp8_gemm", "tkreg.grouped_gemm", "tkreg.grouped_gemm_masked"])
+@pytest.mark.parametrize("op", ["tkreg.gemm", "tkreg.fp8_gemm", "tkreg.grouped_gemm", "tkreg.grouped_gemm_masked",
+                                "tkreg.fp8_grouped_gemm", "tkreg.fp8_grouped_gemm_masked"])
 def test_shipped_sm100_gemms_use_tcgen05(op):
     tool = find_disassembler()
     if tool is None:

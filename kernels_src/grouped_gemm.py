@@ -30,7 +30,7 @@ with Mmax <= 64: 64x128.  Contiguous where 128x256 tiles cover the SMs: the dens
 warp-specialized persistent tile (kernels_src/gemm_ws.py), which finds each tile's expert with
 `expert_macro` too.  FP8 on sm_90a: the dense op's hand-written warp-specialized tile
 (kernels_src/fp8_ws.py, which promotes block k under block k+1's WGMMAs), 128 rows, or 64 for masked
-Mmax <= 64.  sm_100a: tcgen05 + TMEM for every dtype (kernels_src/grouped_gemm_sm100.py, 128-row
+Mmax <= 64.  sm_100a: tcgen05 + TMEM for every dtype (kernels_src/gemm_sm100.py's tiles, 128-row
 tiles); compiled and SASS-checked, never run.
 """
 from tkreg.spec import OpSpec, Tensor, Variant
@@ -90,6 +90,25 @@ def bf16_ws_kernel(layout: str, dtype: str = "bfloat16", **params):
     def body(a, a_scale, b, b_scale, groups, out):
         ws_body(a, b, None, groups, out)
     return prim_func(T, body, True, M, N, K, E, dtype, dtype, False, sm_count=sms)
+
+
+def tcgen05_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: int, threads: int,
+                   block_K: int = GROUP, dtype: str = "bfloat16"):
+    """sm_100a, both layouts and every dtype: kernels_src/gemm_sm100.py's tcgen05 tile (128 rows);
+    each tile finds its expert with `expert_macro`."""
+    import tilelang.language as T
+    from .gemm_sm100 import tcgen05_body
+
+    M, N, K, E = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E")
+    contiguous = layout == "contiguous"
+    tile = tcgen05_body(T, layout, M, N, K, E, block_M, block_N, block_K, stages, threads, dtype, fp8=fp8,
+                        expert_of=expert_macro(T, contiguous, M, E))
+
+    @T.macro
+    def body(a, a_scale, b, b_scale, groups, out):
+        tile(a, a_scale, b, b_scale, None, groups, out)
+    in_dt, out_dt = (FP8, "bfloat16") if fp8 else (dtype, dtype)
+    return prim_func(T, body, contiguous, M, N, K, E, in_dt, out_dt, fp8)
 
 
 def grouped_kernel(layout: str, block_M: int, block_N: int, stages: int, threads: int, block_K: int = GROUP,
@@ -199,10 +218,9 @@ def prim_func(T, body, contiguous: bool, M, N, K, E, in_dtype: str, out_dtype: s
 
 def factory(arch: str = "sm_90a", shape_class: str = "", mma: str = "wgmma", **params):
     """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it.
-    `mma="tcgen05"`: the sm_100a kernel (kernels_src/grouped_gemm_sm100.py)."""
+    `mma="tcgen05"`: the sm_100a kernel (`tcgen05_kernel`)."""
     if mma == "tcgen05":
-        from .grouped_gemm_sm100 import fp8_grouped_tcgen05_kernel, grouped_tcgen05_kernel
-        return fp8_grouped_tcgen05_kernel(**params) if params.pop("fp8") else grouped_tcgen05_kernel(**params)
+        return tcgen05_kernel(**params)
     if mma == "ws":
         assert arch == "sm_90a"
         return ws_kernel(**params) if params.pop("fp8") else bf16_ws_kernel(**params)

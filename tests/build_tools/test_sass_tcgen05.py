@@ -1,4 +1,4 @@
-"""The shipped sm_100a GEMMs (kernels_src/gemm_sm100.py, grouped_gemm_sm100.py) are tcgen05 kernels:
+"""The shipped sm_100a GEMMs (kernels_src/gemm_sm100.py, dense and grouped) are tcgen05 kernels:
 every tkreg.gemm, tkreg.fp8_gemm and grouped GEMM (bf16/fp16 and FP8) cubin in the installed wheel's sm_100a
 pack has UTC*MMA instructions in its SASS and no HMMA (mma.sync), and fits sm_100's shared memory.  Nothing here runs them: no Blackwell GPU.
 Needs a disassembler (nvdisasm from build_tools/requirements-build.txt, or the CUDA toolkit's)."""

@@ -13,16 +13,16 @@ Shape classes as for bf16 (kernels_src/gemm.py): M > 128 on a persistent hand-wr
 specialized 128x128 tile (kernels_src/fp8_ws.py), 64-row tiles below; decode M <= 64 on the same
 warp-specialized tile in swap-AB form (16, 32 or 64 tokens on WGMMA's N side), with split-K (fp32
 partials summed in split order by a second kernel: deterministic) when N is small and K long.
-sm_100a: one tcgen05 kernel (kernels_src/gemm_sm100.py), compiled and SASS-checked only.
+sm_100a: the tcgen05 tile (kernels_src/gemm_sm100.py), split-K where its grid leaves SMs idle;
+compiled and SASS-checked only.
 """
 from tkreg.spec import OpSpec, Tensor, Variant
 
 from .fp8_ws import PASS_CONFIGS as WS_PASS_CONFIGS
-from .gemm import fills
+from .gemm import fills, reduce_splits, split_k_classes
 
 FP8 = "float8_e4m3fn"
 GROUP = 128
-REDUCE_M, REDUCE_N = 4, 256
 
 
 def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, prefetch: int = 0, panel: int = 10):
@@ -96,23 +96,6 @@ def fp8_gemm_kernel(block_M: int, block_N: int, stages: int, threads: int, prefe
     return prim_func(T, body, M, N, K)
 
 
-def reduce_splits(T, M, N, splits: int):
-    """The split-K epilogue kernel, a macro `reduce(ws, out)`: out = bf16(ws[0] + ws[1] + ...),
-    summed in split order (deterministic)."""
-    @T.macro
-    def reduce(ws, out):
-        with T.Kernel(T.ceildiv(N, REDUCE_N), T.ceildiv(M, REDUCE_M), threads=128) as (bx, by):
-            for i, j in T.Parallel(REDUCE_M, REDUCE_N):
-                r, c = by * REDUCE_M + i, bx * REDUCE_N + j
-                if r < M and c < N:
-                    v = T.alloc_var("float32")
-                    v = ws[0, r, c]
-                    for s in T.unroll(1, splits):
-                        v += ws[s, r, c]
-                    out[r, c] = T.cast(v, "bfloat16")
-    return reduce
-
-
 def prim_func(T, body, M, N, K, splits: int = 1, sm_count=None):
     """The op's kernel signature around `body(a, a_scale, b, b_scale, out, ws)` (ws None unsplit);
     a persistent kernel also takes the SM count (`sm_count`, the SM_COUNT symbol)."""
@@ -151,7 +134,7 @@ def ws_kernel(persistent: bool = False, splits: int = 1, **params):
     def body(a, a_scale, b, b_scale, out, ws):
         if splits > 1:
             ws_body(a, a_scale, b, b_scale, None, ws)
-            reduce(ws, out)
+            reduce(ws, None, out)
         else:
             ws_body(a, a_scale, b, b_scale, None, out)
     return prim_func(T, body, M, N, K, splits, sm_count=sms)
@@ -165,8 +148,7 @@ def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "
         return ws_kernel(splits=splits, **params)
     if arch == "sm_100a":
         from .gemm_sm100 import fp8_gemm_tcgen05_kernel
-        assert splits == 1
-        return fp8_gemm_tcgen05_kernel(**params)
+        return fp8_gemm_tcgen05_kernel(splits=splits, **params)
     assert splits == 1, "split-K: the warp-specialized decode tile only"
     return fp8_gemm_kernel(**params)
 
@@ -208,6 +190,11 @@ CLASSES = (
     ("small", dict(block_M=64, block_N=64, stages=8, threads=128, splits=1), None, 0),
 )
 
+# sm_100a: the tcgen05 tile (kernels_src/gemm_sm100.py), split-K where its grid leaves SMs idle
+# (gemm.split_k_classes: never run, the split counts are arithmetic).
+SM100_TILE = dict(block_M=128, block_N=128, stages=4, threads=256, splits=1)
+SM100_CLASSES = (("tcgen05", SM100_TILE, None, 0),) + split_k_classes(SM100_TILE)
+
 SPECS = (
     OpSpec(
         name="tkreg.fp8_gemm",
@@ -223,8 +210,8 @@ SPECS = (
         variants=tuple(Variant(dict(params, shape_class=name), rule=rule, priority=prio, archs=("sm_90a",),
                                pass_configs=WS_PASS_CONFIGS if params.get("mma") == "ws" else ())
                        for name, params, rule, prio in CLASSES)
-        + (Variant(dict(block_M=128, block_N=128, stages=4, threads=256, splits=1, shape_class="tcgen05"),
-                   archs=("sm_100a",)),),
+        + tuple(Variant(dict(params, shape_class=name), rule=rule, priority=prio, archs=("sm_100a",))
+                for name, params, rule, prio in SM100_CLASSES),
         reference="tkreg.reference.gemm:fp8_gemm",
     ),
 )

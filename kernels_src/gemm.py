@@ -19,7 +19,8 @@ example.  Shape classes (`CLASSES`, measured on the H200 beside cuBLAS, see BENC
 Split-K was measured too and lost to these at every decode shape (the reduce pass costs more than
 the extra CTAs give), so there is none.
 sm_100a gets tcgen05 + tensor-memory kernels instead (kernels_src/gemm_sm100.py: 128-row tiles,
-128x256 where the grid fills the SMs, else 128x128); compiled and SASS-checked, never run here.
+128x256 where the grid fills the SMs, else 128x128, split-K where even those leave SMs idle:
+`split_k_classes`); compiled and SASS-checked, never run here.
 """
 from tkreg.spec import OpSpec, Tensor, Variant
 
@@ -71,10 +72,12 @@ def gemm_kernel(block_M: int, block_N: int, block_K: int, stages: int, threads: 
     return gemm_prim_func(T, body, M, N, K, dtype, bias)
 
 
-def gemm_prim_func(T, body, M, N, K, dtype: str, bias: bool, sm_count=None):
+def gemm_prim_func(T, body, M, N, K, dtype: str, bias: bool, sm_count=None, splits: int = 1):
     """The op's kernel signature around `body(a, b, bias or None, out)` (Hopper and Blackwell); a
-    persistent kernel also takes the SM count (`sm_count`, the SM_COUNT symbol)."""
+    persistent kernel also takes the SM count (`sm_count`, the SM_COUNT symbol); a split-K kernel
+    (`splits` > 1) its fp32 partials: `body(a, b, bias or None, out, ws)`."""
     A, B, O = T.Tensor((M, K), dtype), T.Tensor((N, K), dtype), T.Tensor((M, N), dtype)
+    W = T.Tensor((splits, M, N), "float32")
     if sm_count is not None and bias:
         @T.prim_func
         def gemm(a: A, b: B, bias: T.Tensor((N,), dtype), out: O, SM_COUNT: sm_count):
@@ -83,6 +86,14 @@ def gemm_prim_func(T, body, M, N, K, dtype: str, bias: bool, sm_count=None):
         @T.prim_func
         def gemm(a: A, b: B, out: O, SM_COUNT: sm_count):
             body(a, b, None, out)
+    elif splits > 1 and bias:
+        @T.prim_func
+        def gemm(a: A, b: B, bias: T.Tensor((N,), dtype), out: O, ws: W):
+            body(a, b, bias, out, ws)
+    elif splits > 1:
+        @T.prim_func
+        def gemm(a: A, b: B, out: O, ws: W):
+            body(a, b, None, out, ws)
     elif bias:
         @T.prim_func
         def gemm(a: A, b: B, bias: T.Tensor((N,), dtype), out: O):
@@ -92,6 +103,28 @@ def gemm_prim_func(T, body, M, N, K, dtype: str, bias: bool, sm_count=None):
         def gemm(a: A, b: B, out: O):
             body(a, b, None, out)
     return gemm
+
+
+REDUCE_M, REDUCE_N = 4, 256
+
+
+def reduce_splits(T, M, N, splits: int, dtype: str = "bfloat16", bias: bool = False):
+    """The split-K epilogue kernel, a macro `reduce(ws, bias or None, out)`: out = dtype(ws[0] +
+    ws[1] + ... (+ bias)), summed in split order (deterministic)."""
+    @T.macro
+    def reduce(ws, bias_, out):
+        with T.Kernel(T.ceildiv(N, REDUCE_N), T.ceildiv(M, REDUCE_M), threads=128) as (bx, by):
+            for i, j in T.Parallel(REDUCE_M, REDUCE_N):
+                r, c = by * REDUCE_M + i, bx * REDUCE_N + j
+                if r < M and c < N:
+                    v = T.alloc_var("float32")
+                    v = ws[0, r, c]
+                    for s in T.unroll(1, splits):
+                        v += ws[s, r, c]
+                    if bias:
+                        v += T.cast(bias_[c], "float32")
+                    out[r, c] = T.cast(v, dtype)
+    return reduce
 
 
 def ws_kernel(bias: bool = False, dtype: str = "bfloat16", **params):
@@ -108,12 +141,14 @@ def ws_kernel(bias: bool = False, dtype: str = "bfloat16", **params):
     return gemm_prim_func(T, body, M, N, K, dtype, bias, sm_count=sms)
 
 
-def gemm_factory(arch: str = "sm_90a", shape_class: str = "", mma: str = "wgmma", **params):
+def gemm_factory(arch: str = "sm_90a", shape_class: str = "", mma: str = "wgmma", splits: int = 1, **params):
     """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it.
-    mma="ws": the hand-written warp-specialized persistent tile (kernels_src/gemm_ws.py, sm_90a)."""
+    mma="ws": the hand-written warp-specialized persistent tile (kernels_src/gemm_ws.py, sm_90a).
+    splits > 1: split-K (sm_100a only)."""
     if arch == "sm_100a":
         from .gemm_sm100 import gemm_tcgen05_kernel
-        return gemm_tcgen05_kernel(**params)
+        return gemm_tcgen05_kernel(splits=splits, **params)
+    assert splits == 1
     if mma == "ws":
         return ws_kernel(**params)
     return gemm_kernel(**params)
@@ -163,10 +198,23 @@ CLASSES = (
     ("mid-64", dict(block_M=64, block_N=128, block_K=128, stages=4, threads=128), fills(64, 128), 10),
     ("small", dict(block_M=64, block_N=64, block_K=128, stages=6, threads=128), None, 0),
 )
+SM100_SMALL = dict(block_M=128, block_N=128, block_K=64, stages=4, threads=128, splits=1)
+
+
+def split_k_classes(tile: dict) -> tuple:
+    """sm_100a's tiles are 128 x 128 at least, so a decode or narrow shape leaves most SMs idle
+    (N = 4096: 32 tiles for 148 SMs): split K into the most of 8, 4 or 2 runs whose CTAs still fit
+    in one wave, each run at least 1024 deep (fp32 partials, then gemm.reduce_splits).  6 stages:
+    more weight bytes in flight per SM.  Never run (no Blackwell GPU): the split counts come from
+    this arithmetic, not a measurement."""
+    return tuple((f"split-{s}", dict(tile, stages=6, splits=s),
+                  f"{s} * {_tiles(128, 128)} <= SM_COUNT and K >= {s * 1024}", 40 + s) for s in (8, 4, 2))
+
+
 SM100_CLASSES = (
-    ("large", dict(block_M=128, block_N=256, block_K=64, stages=4, threads=128), fills(128, 256), 30),
-    ("small", dict(block_M=128, block_N=128, block_K=64, stages=4, threads=128), None, 0),
-)
+    ("large", dict(SM100_SMALL, block_N=256), fills(128, 256), 30),
+    ("small", SM100_SMALL, None, 0),
+) + split_k_classes(SM100_SMALL)
 
 
 def shape_variants(classes, arch: str, dtypes=DTYPES, bias=(False, True)) -> tuple:
@@ -176,7 +224,7 @@ def shape_variants(classes, arch: str, dtypes=DTYPES, bias=(False, True)) -> tup
         for dtype in dtypes:
             for b in bias:
                 has = "has_bias" if b else "not has_bias"
-                out.append(Variant(dict(params, dtype=dtype, bias=b, shape_class=name),
+                out.append(Variant(dict(params, dtype=dtype, bias=b, shape_class=name, splits=params.get("splits", 1)),
                                    rule=f"{has} and ({rule})" if rule else has, priority=priority,
                                    archs=(arch,), pass_configs=WS_PASS_CONFIGS if params.get("mma") == "ws" else ()))
     return tuple(out)
@@ -189,7 +237,8 @@ SPECS = (
         tensors=(Tensor("a", ("M", "K"), dtypes=DTYPES),
                  Tensor("b", ("N", "K"), dtype_of="a"),
                  Tensor("bias", ("N",), dtype_of="a", optional=True),
-                 Tensor("out", ("M", "N"), dtype_of="a", role="output")),
+                 Tensor("out", ("M", "N"), dtype_of="a", role="output"),
+                 Tensor("ws", ("splits", "M", "N"), dtype="float32", role="scratch")),
         factory=gemm_factory,
         variants=shape_variants(CLASSES, "sm_90a") + shape_variants(SM100_CLASSES, "sm_100a"),
         reference="tkreg.reference.gemm:gemm",

@@ -31,22 +31,31 @@ EPI_N = 64   # epilogue column chunk: TMEM -> registers -> shared -> TMA store
 
 
 def tcgen05_body(T, layout: str, M, N, K, E, block_M: int, block_N: int, block_K: int, stages: int,
-                 threads: int, dtype: str = "bfloat16", fp8: bool = False, bias: bool = False, expert_of=None):
+                 threads: int, dtype: str = "bfloat16", fp8: bool = False, bias: bool = False, expert_of=None,
+                 splits: int = 1):
     """The tile as a macro `body(a, a_scale, b, b_scale, bias, groups, out)` (None for what the op
     lacks).  bf16/fp16 (`dtype`): one MMA chain over all of K into TMEM, read back by every warp.
     fp8 (block_K = 128, `dtype` ignored): one chain per 128-K block into one of two TMEM buffers,
-    promoted into fp32 registers with both scales by warps 4..7, which then store."""
+    promoted into fp32 registers with both scales by warps 4..7, which then store.
+    splits > 1 (dense): grid z = split, each a contiguous run of K blocks; `out` is then the fp32
+    partials ws[splits, M, N] (no bias: the reduce kernel adds it)."""
     assert block_M == 128 and threads in ((256,) if fp8 else (128, 256))   # one TMEM lane a row
     # TMEM has 512 columns (fp8 takes two buffers of block_N).  fp8 block_N = 256 compiles but holds
     # 256 fp32 accumulators per promotion thread and spills (~145 STL); 128 does not (244 registers).
     assert block_N % EPI_N == 0 and block_N <= 256 and (not fp8 or block_K == GROUP)
     assert layout in ("dense", "contiguous", "masked") and (layout == "dense") == (expert_of is None)
     assert layout == "dense" or not bias
-    dense, masked = layout == "dense", layout == "masked"
+    assert splits == 1 or (layout == "dense" and not bias)
+    dense, masked, split = layout == "dense", layout == "masked", splits > 1
     in_dt, out_dt = (FP8, "bfloat16") if fp8 else (dtype, dtype)
+    out_dt = "float32" if split else out_dt
     KB = T.ceildiv(K, block_K)
     n_chunks = block_N // EPI_N
-    grid = (T.ceildiv(M, block_M), T.ceildiv(N, block_N)) + (() if dense else (E if masked else 1,))
+    grid = (T.ceildiv(M, block_M), T.ceildiv(N, block_N)) + (
+        (splits,) if split else () if dense else (E if masked else 1,))
+
+    def no_mma(nk):   # (a split's K run may be empty; else only K = 0 is)
+        return nk == 0 if split else K == 0
 
     def a_tile(a, e, m0, k):
         if masked:
@@ -66,20 +75,23 @@ def tcgen05_body(T, layout: str, M, N, K, E, block_M: int, block_N: int, block_K
         return b_scale[nb, k] if dense else b_scale[e, nb, k]
 
     @T.macro
-    def loads(a, b, a_s, b_s, loaded, consumed, e, m0, n0, nk):
+    def loads(a, b, a_s, b_s, loaded, consumed, e, m0, n0, k0, nk):
         """Warp 0: wait for stage k % stages to be free, TMA both tiles into it, arrive."""
         for k in T.serial(nk):
             s = k % stages
             T.mbarrier_wait_parity(consumed[s], ((k // stages) & 1) ^ 1)
-            T.tma_copy(a_tile(a, e, m0, k), a_s[s, :, :], barrier=loaded[s])
-            T.tma_copy(b_tile(b, e, n0, k), b_s[s, :, :], barrier=loaded[s])
+            T.tma_copy(a_tile(a, e, m0, k0 + k), a_s[s, :, :], barrier=loaded[s])
+            T.tma_copy(b_tile(b, e, n0, k0 + k), b_s[s, :, :], barrier=loaded[s])
             T.mbarrier_arrive(loaded[s])
 
     @T.macro
     def store(chunk, c_s, out, e, m0, n0, hi):
-        """One EPI_N-column chunk: TMA when all the tile's rows are < hi (dense: always), else
-        row-masked element stores (a grouped segment's last tile)."""
-        if dense:
+        """One EPI_N-column chunk: TMA when all the tile's rows are < hi (dense: always; split: into
+        partials e), else row-masked element stores (a grouped segment's last tile)."""
+        if split:
+            T.copy(chunk, c_s)
+            T.copy(c_s, out[e, m0, n0])
+        elif dense:
             T.copy(chunk, c_s)
             T.copy(c_s, out[m0, n0])
         elif m0 + block_M <= hi:
@@ -115,7 +127,8 @@ def tcgen05_body(T, layout: str, M, N, K, E, block_M: int, block_N: int, block_K
             T.tcgen05_mma_arrive(tmem_full)
 
     @T.macro
-    def promote(a_scale, b_scale, acc_tmem, part, accs, c_s, out, tmem_full, tmem_empty, e, m0, n0, hi, valid, nk):
+    def promote(a_scale, b_scale, acc_tmem, part, accs, c_s, out, tmem_full, tmem_empty, e, m0, n0, hi, valid, k0,
+                nk):
         """fp8, warps 4..7: acc += part * a_scale * b_scale per K block, then store."""
         for acc in accs:
             T.clear(acc)
@@ -124,22 +137,23 @@ def tcgen05_body(T, layout: str, M, N, K, E, block_M: int, block_N: int, block_K
             for c, acc in enumerate(accs):
                 T.copy(acc_tmem[k % 2, :, c * EPI_N:(c + 1) * EPI_N], part)
                 # A 64-column chunk lies inside one 128-row weight block: one b scale.
-                sb = b_scale_at(b_scale, e, n0 + c * EPI_N, k)
+                sb = b_scale_at(b_scale, e, n0 + c * EPI_N, k0 + k)
                 for i, j in T.Parallel(block_M, EPI_N):
-                    acc[i, j] += part[i, j] * (a_scale_at(a_scale, e, m0 + i, k) * sb)
+                    acc[i, j] += part[i, j] * (a_scale_at(a_scale, e, m0 + i, k0 + k) * sb)
             T.mbarrier_arrive(tmem_empty[k % 2])
         if valid > 0:
             for c, acc in enumerate(accs):
                 store(acc, c_s, out, e, m0, n0 + c * EPI_N, hi)
 
     @T.macro
-    def epilogue(bias_, acc_tmem, c_loc, c_s, out, tmem_full, e, m0, n0, hi, valid):
-        """bf16/fp16, all warps.  K = 0 issues no MMA (TMEM never cleared): write zeros then."""
+    def epilogue(bias_, acc_tmem, c_loc, c_s, out, tmem_full, e, m0, n0, hi, valid, nk):
+        """bf16/fp16, all warps.  No K block (K = 0, or a split past K's end) issues no MMA (TMEM
+        never cleared): write zeros then."""
         T.mbarrier_wait_parity(tmem_full, 0)
         if valid > 0:
             for c in T.unroll(n_chunks):
                 T.copy(acc_tmem[:, c * EPI_N:(c + 1) * EPI_N], c_loc)
-                if K == 0:
+                if no_mma(nk):
                     T.clear(c_loc)
                 if bias:
                     for i, j in T.Parallel(block_M, EPI_N):
@@ -165,7 +179,11 @@ def tcgen05_body(T, layout: str, M, N, K, E, block_M: int, block_N: int, block_K
             tx = T.get_thread_binding()
             T.use_swizzle(8)
             m0, n0 = blk[0] * block_M, blk[1] * block_N
-            if dense:
+            k0 = 0
+            if split:   # e carries the split to the store (as fp8_ws.py's)
+                k0 = blk[2] * T.ceildiv(KB, splits)
+                e, hi, valid, nk = blk[2], None, 1, T.max(T.min(KB - k0, T.ceildiv(KB, splits)), 0)
+            elif dense:
                 # (no name may be bound to a bare Var such as KB here: the builder would rename it)
                 e, hi, valid, nk = 0, None, 1, KB
             else:
@@ -176,43 +194,59 @@ def tcgen05_body(T, layout: str, M, N, K, E, block_M: int, block_N: int, block_K
                 nk = KB * valid
 
             if tx < 32:  # warp 0: TMA producer
-                loads(a, b, a_s, b_s, loaded, consumed, e, m0, n0, nk)
+                loads(a, b, a_s, b_s, loaded, consumed, e, m0, n0, k0, nk)
             elif tx < 64:  # warp 1: tcgen05 MMA issuer
                 mma(a_s, b_s, acc_tmem, loaded, consumed, tmem_full, tmem_empty, nk)
             elif fp8:
                 if tx >= 128:
                     promote(a_scale, b_scale, acc_tmem, c_loc, accs, c_s, out, tmem_full, tmem_empty,
-                            e, m0, n0, hi, valid, nk)
+                            e, m0, n0, hi, valid, k0, nk)
             if not fp8:
-                epilogue(bias_, acc_tmem, c_loc, c_s, out, tmem_full, e, m0, n0, hi, valid)
+                epilogue(bias_, acc_tmem, c_loc, c_s, out, tmem_full, e, m0, n0, hi, valid, nk)
 
     return body
 
 
 def gemm_tcgen05_kernel(block_M: int, block_N: int, block_K: int, stages: int, threads: int,
-                        bias: bool = False, dtype: str = "bfloat16"):
-    """tkreg.gemm's sm_100a kernel."""
+                        bias: bool = False, dtype: str = "bfloat16", splits: int = 1):
+    """tkreg.gemm's sm_100a kernel; splits > 1: split-K into fp32 partials, then gemm.reduce_splits
+    (which adds the bias)."""
     import tilelang.language as T
 
-    from .gemm import gemm_prim_func
+    from .gemm import gemm_prim_func, reduce_splits
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
-    tile = tcgen05_body(T, "dense", M, N, K, None, block_M, block_N, block_K, stages, threads, dtype, bias=bias)
+    tile = tcgen05_body(T, "dense", M, N, K, None, block_M, block_N, block_K, stages, threads, dtype,
+                        bias=bias and splits == 1, splits=splits)
+    if splits == 1:
+        @T.macro
+        def body(a, b, bias_, out):
+            tile(a, None, b, None, bias_, None, out)
+    else:
+        reduce = reduce_splits(T, M, N, splits, dtype, bias)
 
-    @T.macro
-    def body(a, b, bias_, out):
-        tile(a, None, b, None, bias_, None, out)
-    return gemm_prim_func(T, body, M, N, K, dtype, bias)
+        @T.macro
+        def body(a, b, bias_, out, ws):
+            tile(a, None, b, None, None, None, ws)
+            reduce(ws, bias_, out)
+    return gemm_prim_func(T, body, M, N, K, dtype, bias, splits=splits)
 
 
-def fp8_gemm_tcgen05_kernel(block_M: int, block_N: int, stages: int, threads: int):
-    """tkreg.fp8_gemm's sm_100a kernel."""
+def fp8_gemm_tcgen05_kernel(block_M: int, block_N: int, stages: int, threads: int, splits: int = 1):
+    """tkreg.fp8_gemm's sm_100a kernel; splits > 1 as gemm_tcgen05_kernel's."""
     import tilelang.language as T
 
     from .fp8_gemm import prim_func
+    from .gemm import reduce_splits
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
-    tile = tcgen05_body(T, "dense", M, N, K, None, block_M, block_N, GROUP, stages, threads, fp8=True)
+    tile = tcgen05_body(T, "dense", M, N, K, None, block_M, block_N, GROUP, stages, threads, fp8=True,
+                        splits=splits)
+    reduce = reduce_splits(T, M, N, splits)
 
     @T.macro
     def body(a, a_scale, b, b_scale, out, ws):
-        tile(a, a_scale, b, b_scale, None, None, out)
-    return prim_func(T, body, M, N, K)
+        if splits > 1:
+            tile(a, a_scale, b, b_scale, None, None, ws)
+            reduce(ws, None, out)
+        else:
+            tile(a, a_scale, b, b_scale, None, None, out)
+    return prim_func(T, body, M, N, K, splits)

@@ -73,6 +73,26 @@ def test_fp8_gemm_shape_classes(m, n, k, cls):
     assert f"shape_class={cls}," in e.chosen, e
 
 
+# (M, N, K) -> the sm_100a class on a 148-SM B200: split-K into the most runs (8, 4, 2) whose CTAs fit
+# in one wave, each at least 1024 deep (kernels_src/gemm.py split_k_classes); gemm / fp8_gemm names
+SM100_SPLITS = [(1, 4096, 14336, "split-4", "split-4"), (64, 2048, 8192, "split-8", "split-8"),
+                (1, 7168, 2048, "split-2", "split-2"), (16, 8192, 8192, "split-2", "split-2"),
+                (1, 4096, 1024, "small", "tcgen05"), (1, 28672, 4096, "large", "tcgen05"),
+                (4096, 4096, 4096, "large", "tcgen05")]
+
+
+@pytest.mark.parametrize("m, n, k, cls, cls8", SM100_SPLITS)
+def test_sm100_splits_k_where_tiles_leave_sms_idle(m, n, k, cls, cls8):
+    a, b = torch.empty(m, k, dtype=BF16), torch.empty(n, k, dtype=BF16)
+    for bias in ((), (torch.empty(n, dtype=BF16),)):
+        e = tkreg.explain("gemm", a, b, *bias, arch="sm_100a", sm_count=148)
+        assert f"shape_class={cls}," in e.chosen and f"bias={'true' if bias else 'false'}" in e.chosen, e
+    f8, kb = torch.float8_e4m3fn, (k + 127) // 128
+    e = tkreg.explain("fp8_gemm", torch.empty(m, k, dtype=f8), torch.empty(m, kb), torch.empty(n, k, dtype=f8),
+                      torch.empty((n + 127) // 128, kb), arch="sm_100a", sm_count=148)
+    assert f"shape_class={cls8}," in e.chosen, e
+
+
 def test_sm_count_rules_on_cpu_tensors_need_sm_count():
     a, b = torch.empty(1024, 256, dtype=BF16), torch.empty(4096, 256, dtype=BF16)
     e = tkreg.explain("gemm", a, b, arch="sm_90a")

@@ -140,6 +140,27 @@ def ws_kernel(persistent: bool = False, splits: int = 1, **params):
     return prim_func(T, body, M, N, K, splits, sm_count=sms)
 
 
+def tcgen05_kernel(block_M: int, block_N: int, stages: int, threads: int, splits: int = 1):
+    """sm_100a: the tcgen05 tile (kernels_src/gemm_sm100.py); splits > 1: split-K into fp32 partials,
+    then reduce_splits."""
+    import tilelang.language as T
+    from .gemm_sm100 import tcgen05_body
+
+    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
+    tile = tcgen05_body(T, "dense", M, N, K, None, block_M, block_N, GROUP, stages, threads, fp8=True,
+                        splits=splits)
+    reduce = reduce_splits(T, M, N, splits)
+
+    @T.macro
+    def body(a, a_scale, b, b_scale, out, ws):
+        if splits > 1:
+            tile(a, a_scale, b, b_scale, None, None, ws)
+            reduce(ws, None, out)
+        else:
+            tile(a, a_scale, b, b_scale, None, None, out)
+    return prim_func(T, body, M, N, K, splits)
+
+
 def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "", mma: str = "wgmma", **params):
     """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it.
     mma="ws": the hand-written warp-specialized tile (sm_90a)."""
@@ -147,8 +168,7 @@ def fp8_gemm_factory(arch: str = "sm_90a", splits: int = 1, shape_class: str = "
         assert arch == "sm_90a"
         return ws_kernel(splits=splits, **params)
     if arch == "sm_100a":
-        from .gemm_sm100 import fp8_gemm_tcgen05_kernel
-        return fp8_gemm_tcgen05_kernel(splits=splits, **params)
+        return tcgen05_kernel(splits=splits, **params)
     assert splits == 1, "split-K: the warp-specialized decode tile only"
     return fp8_gemm_kernel(**params)
 

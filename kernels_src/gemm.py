@@ -141,13 +141,36 @@ def ws_kernel(bias: bool = False, dtype: str = "bfloat16", **params):
     return gemm_prim_func(T, body, M, N, K, dtype, bias, sm_count=sms)
 
 
+def tcgen05_kernel(block_M: int, block_N: int, block_K: int, stages: int, threads: int,
+                   bias: bool = False, dtype: str = "bfloat16", splits: int = 1):
+    """sm_100a: the tcgen05 tile (kernels_src/gemm_sm100.py); splits > 1: split-K into fp32 partials,
+    then reduce_splits (which adds the bias)."""
+    import tilelang.language as T
+    from .gemm_sm100 import tcgen05_body
+
+    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
+    tile = tcgen05_body(T, "dense", M, N, K, None, block_M, block_N, block_K, stages, threads, dtype,
+                        bias=bias and splits == 1, splits=splits)
+    if splits == 1:
+        @T.macro
+        def body(a, b, bias_, out):
+            tile(a, None, b, None, bias_, None, out)
+    else:
+        reduce = reduce_splits(T, M, N, splits, dtype, bias)
+
+        @T.macro
+        def body(a, b, bias_, out, ws):
+            tile(a, None, b, None, None, None, ws)
+            reduce(ws, bias_, out)
+    return gemm_prim_func(T, body, M, N, K, dtype, bias, splits=splits)
+
+
 def gemm_factory(arch: str = "sm_90a", shape_class: str = "", mma: str = "wgmma", splits: int = 1, **params):
     """`shape_class` only names the variant (so `tkreg.explain` shows it); the kernel ignores it.
     mma="ws": the hand-written warp-specialized persistent tile (kernels_src/gemm_ws.py, sm_90a).
     splits > 1: split-K (sm_100a only)."""
     if arch == "sm_100a":
-        from .gemm_sm100 import gemm_tcgen05_kernel
-        return gemm_tcgen05_kernel(splits=splits, **params)
+        return tcgen05_kernel(splits=splits, **params)
     assert splits == 1
     if mma == "ws":
         return ws_kernel(**params)

@@ -16,8 +16,8 @@ example.  Shape classes (`CLASSES`, measured on the H200 beside cuBLAS, see BENC
                    grid wastes least of its last wave (`best_width`; e.g. N = 7168 at M = 512-2048
                    takes 224: 32 tiles a row block, not 28 that leave a quarter of a wave idle);
                    below that 64x128x128, then 64x64 (tilelang's pipelined loop).
-Split-K was measured too and lost to these at every decode shape (the reduce pass costs more than
-the extra CTAs give), so there is none.
+On sm_90a split-K was measured too and lost to these at every decode shape (the reduce pass costs
+more than the extra CTAs give), so it has none.
 sm_100a gets tcgen05 + tensor-memory kernels instead (kernels_src/gemm_sm100.py: 128-row tiles,
 128x256 where the grid fills the SMs, else 128x128, split-K where even those leave SMs idle:
 `split_k_classes`); compiled and SASS-checked, never run here.

@@ -8,6 +8,9 @@
 tkreg.fp8_gemm) or kernels_src/grouped_gemm.py's "contiguous" and "masked" expert layouts, where
 `expert_of` finds a tile's expert, its row limit and whether it holds any rows; a tile that holds
 none runs no K loop and stores nothing, and a segment's last, partial tile stores under a row mask.
+Dense tiles may split K (`splits` > 1, grid z = the split): each writes its fp32 partial tile and
+the op module adds a reduce kernel (kernels_src/gemm.py `reduce_splits`), for grids too small to
+fill the SMs.
 
 Both follow tilelang's warp-specialized Blackwell examples (examples/gemm_tcgen05/
 gemm_tcgen5mma_ws.py and gemm_tcgen5mma_ws_persistent.py): warp 0 issues TMA loads into a

@@ -206,5 +206,8 @@ def tcgen05_body(T, layout: str, M, N, K, E, block_M: int, block_N: int, block_K
                             e, m0, n0, hi, valid, k0, nk)
             if not fp8:
                 epilogue(bias_, acc_tmem, c_loc, c_s, out, tmem_full, e, m0, n0, hi, valid, nk)
+            # every warp done with TMEM before warp 0 frees it (tilelang's tail dealloc): the TMA
+            # warp gets there first, with MMAs still in flight
+            T.sync_threads()
 
     return body

@@ -7,13 +7,15 @@ GQA/MQA: G = HQ // HK query heads share a KV head.  Causal masks are bottom-righ
 sees keys j <= i + Sk - Sq, FlashAttention's convention), so a row may see no key at all: its
 output is 0 and its lse -inf.  softmax_scale = 0 means 1 / sqrt(D).
 
-Two kernels.  On sm_90a, kernels_src/attention_ws.py: FlashAttention-3's schedule written by hand
+Three kernels.  On sm_90a, kernels_src/attention_ws.py: FlashAttention-3's schedule written by hand
 (a TMA producer warpgroup, two consumer warpgroups taking turns on the tensor cores, the softmax
 of one K/V tile under the P V of the previous), persistent; its three-consumer form (192-row d64
-tiles, +8-9% in a sweep) is not in the wheel yet (docs/attention-tuning.md, round 10).  Elsewhere
-(sm_100a, where WGMMA does not exist) `attention_kernel` below: each CTA owns block_M query rows of
+tiles, +8-9% in a sweep) is not in the wheel yet (docs/attention-tuning.md, round 10).  On sm_100a
+(no WGMMA), kernels_src/attention_sm100.py: FlashAttention-4's schedule on tcgen05 and tensor
+memory (compiled, never run), with `attention_kernel` below beside it at a lower priority, the
+fallback `TKREG_SKIP_VARIANTS="kernel=tcgen05"` selects: each CTA owns block_M query rows of
 one head and walks the KV sequence in block_N tiles with tilelang's automatic pipelining
-(`num_stages`), as in its `example_gqa_fwd_bshd`.  Masks are applied only to the tiles that need one
+(`num_stages`), as in its `example_gqa_fwd_bshd`; its `T.gemm` lowers to mma.sync there.  Masks are applied only to the tiles that need one
 (the sequence tail, the causal diagonal band).  Measured on the H200 (docs/attention-tuning.md): the
 sm_90a kernel 0.96-1.04x cuDNN SDPA at d128, 0.84-0.93x at d64.  q/k/v are read through their
 strides: slices of a fused qkv projection need no copy (the head dim must be contiguous; TMA needs
@@ -27,6 +29,7 @@ neighbour's rows (masked); outputs are stored row by row, never past the sequenc
 """
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 
+from .attention_sm100 import PASS_CONFIGS as SM100_PASS_CONFIGS, tcgen05_attention_kernel
 from .attention_ws import LOG2E, MASKED, PASS_CONFIGS as WS_PASS_CONFIGS, attention_ws_kernel, grid_prim_func
 
 DTYPES = ("bfloat16", "float16")
@@ -141,8 +144,11 @@ FAST_EXP = {"tl.enable_fast_math": True}
 
 
 def attention_factory(kernel: str, arch: str = "", **params):
-    """kernel "ws": kernels_src/attention_ws.py (sm_90a); "tiled": `attention_kernel` (the variant's
-    `archs` pick the kernel, so `arch` is not needed here)."""
+    """kernel "ws": kernels_src/attention_ws.py (sm_90a); "tcgen05": kernels_src/attention_sm100.py
+    (sm_100a); "tiled": `attention_kernel` (the variant's `archs` pick the kernel, so `arch` is not
+    needed here)."""
+    if kernel == "tcgen05":
+        return tcgen05_attention_kernel(**params)
     return attention_ws_kernel(**params) if kernel == "ws" else attention_kernel(**params)
 
 
@@ -151,14 +157,16 @@ LAZY = {64: dict(lazy=8)}
 
 
 def _variants(varlen: bool) -> tuple:
-    """One per (head dim, dtype) and arch family: the persistent WS kernel on sm_90a, the tiled
-    kernel on sm_100a (T.gemm lowers to mma.sync there: compiled, never run, not tuned)."""
+    """Per (head dim, dtype): the persistent WS kernel on sm_90a; on sm_100a the tcgen05 kernel,
+    and the tiled one (mma.sync) as its fallback (both compiled, never run, not tuned)."""
     rule = "HQ % HK == 0"
     return tuple(v for d in (128, 64) for dtype in DTYPES for v in (
         Variant(dict(kernel="ws", dim=d, varlen=varlen, dtype=dtype, persistent=True, tree=8, **LAZY.get(d, {})),
                 rule=rule, archs=("sm_90a",), pass_configs=WS_PASS_CONFIGS),
         Variant(dict(CONFIGS[d], kernel="tiled", dim=d, varlen=varlen, dtype=dtype, mask="boundary"), rule=rule,
-                archs=("sm_100a",), pass_configs=FAST_EXP)))
+                archs=("sm_100a",), pass_configs=FAST_EXP),
+        Variant(dict(kernel="tcgen05", dim=d, varlen=varlen, dtype=dtype), rule=rule, priority=1,
+                archs=("sm_100a",), pass_configs=SM100_PASS_CONFIGS)))
 
 
 _SCALE = Scalar("softmax_scale", "float32", 0.0)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .env import skip_variants
 from .ops._route import call_graph, compiling
 from .runtime import RUNTIME
 
@@ -34,6 +35,8 @@ class Explanation:
     def __str__(self):
         lines = [f"{self.op}: " + (f"runs {self.chosen}" if self.chosen else "no variant accepts")]
         lines += [f"  {'*' if c else ' '} {k}: {why}" for k, c, why in self.rows]
+        if skip_variants():
+            lines.append(f"  (TKREG_SKIP_VARIANTS={skip_variants()!r} removed the variants it names)")
         return "\n".join(lines)
 
 

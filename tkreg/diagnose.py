@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import expr
 from .codes import DTYPES, ERRORS, REJECTS
+from .env import skip_variants
 from .errors import LaunchError, PackError
 from .spec import OpSpec
 
@@ -156,8 +157,10 @@ def no_kernel(spec: OpSpec, rows: list, env: tuple, slot_names: tuple) -> str:
     """`rows`: (key, reason) per candidate."""
     sizes = ", ".join(f"{n}={v}" for n, v in _env(slot_names, env).items())
     lines = "".join(f"\n  {k}: {why}" for k, why in rows)
+    skip = skip_variants()
     return (f"{spec.name}: no variant accepts these arguments ({sizes}); candidates:{lines}\n"
-            "Set TKREG_FALLBACK=reference to run the torch reference instead.")
+            + (f"(TKREG_SKIP_VARIANTS={skip!r} removed the variants it names.)\n" if skip else "")
+            + "Set TKREG_FALLBACK=reference to run the torch reference instead.")
 
 
 _BROKEN = "the pack is broken, rebuild it"

@@ -12,6 +12,10 @@ SWITCHES = {
                            "are copied to the host and checked before launch (a sync per call; skipped under "
                            "torch.compile and CUDA-graph capture; for debugging)",
     "TKREG_DISABLE_SHIM": "`1`: read tensors through their Python attributes, not torch's C shim (slower)",
+    "TKREG_SKIP_VARIANTS": "variants never to dispatch to, `;`-separated, each `[op:]name=value[,name=value...]`, "
+                           "matching a variant whose key has all those pairs (e.g. "
+                           "`tkreg.flash_attention:kernel=tcgen05`): dispatch takes the next variant that "
+                           "accepts; to route around a kernel that misbehaves on your GPU without a rebuild",
 }
 
 
@@ -45,3 +49,17 @@ def extra_packs() -> list[str]:
 
 def in_force() -> dict:
     return {k: os.environ[k] for k in SWITCHES if k in os.environ}
+
+
+def skip_variants() -> str:
+    return os.environ.get("TKREG_SKIP_VARIANTS", "").strip()
+
+
+def skipped_variant(op: str, key: str) -> bool:
+    """Whether TKREG_SKIP_VARIANTS names this variant (`key`: its `name=value,...` key)."""
+    pairs = set(key.split(","))
+    for entry in skip_variants().split(";"):
+        scope, _, want = entry.strip().rpartition(":")
+        if want and (not scope or scope == op) and set(want.split(",")) <= pairs:
+            return True
+    return False

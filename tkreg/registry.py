@@ -119,7 +119,8 @@ class OpEntry:
             for m, op, prefix, source in self.sources.get(arch, ()):
                 rec = m.op(op)
                 by_key = {v.key: v for v in rec.spec.variants}
-                got += [Candidate(prefix + r.key, by_key[r.key], r, m.folder, source) for r in rec.variants]
+                got += [Candidate(prefix + r.key, by_key[r.key], r, m.folder, source) for r in rec.variants
+                        if not env.skipped_variant(self.name, r.key)]
             got.sort(key=lambda c: (-c.variant.priority, c.key))
             self._candidates[arch] = got
         return got

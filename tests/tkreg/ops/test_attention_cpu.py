@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -34,12 +37,35 @@ def test_dispatch_by_head_dim_and_dtype(arch, dt, d):
 
 def assert_kernel(chosen, arch, d):
     """sm_90a: the hand-written warp-specialized kernel, persistent, short softmax chains, the lazy
-    rescale at d64 only (docs/attention-tuning.md round 8); sm_100a (no WGMMA): the tiled one."""
+    rescale at d64 only (docs/attention-tuning.md round 8); sm_100a (no WGMMA): the tcgen05 one."""
     if arch == "sm_90a":
         want = {"kernel=ws", "persistent=true", "tree=8"} | ({"lazy=8"} if d == 64 else set())
         assert want <= set(chosen.split(",")) and ("lazy=" in chosen) == (d == 64), chosen
     else:
-        assert "kernel=tiled" in chosen, chosen
+        assert "kernel=tcgen05" in chosen, chosen
+
+
+def test_skip_switch_routes_sm100_attention_to_the_tiled_kernel():
+    """TKREG_SKIP_VARIANTS (read when an op's variants are first listed, hence a fresh process):
+    sm_100a's tcgen05 attention was never run on hardware, and the tiled kernel is its fallback."""
+    code = ("import torch, tkreg\n"
+            "q, k = torch.empty(1, 16, 8, 128, dtype=torch.bfloat16), torch.empty(1, 16, 2, 128, dtype=torch.bfloat16)\n"
+            "cu = torch.tensor([0, 16], dtype=torch.int32)\n"
+            "print(tkreg.explain('flash_attention', q, k, k, arch='sm_100a').chosen)\n"
+            "print(tkreg.explain('flash_attention_varlen', q[0], k[0], k[0], cu, cu, 16, 16, arch='sm_100a').chosen)\n"
+            "print(tkreg.explain('flash_attention', q, k, k, arch='sm_90a').chosen)\n")
+    env = dict(os.environ, TKREG_SKIP_VARIANTS="tkreg.flash_attention:kernel=tcgen05; tkreg.flash_attention_varlen:"
+               "dim=128,kernel=tcgen05")
+    cwd = os.path.dirname(os.path.dirname(tkreg.__file__))   # the installed tkreg, not the source tree's
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         cwd=cwd).stdout
+    fixed, varlen, hopper = out.split()
+    assert "kernel=tiled" in fixed and "kernel=tiled" in varlen and "kernel=ws" in hopper, out
+    env["TKREG_SKIP_VARIANTS"] = "kernel=tcgen05;kernel=tiled"   # nothing left for sm_100a: explain says why
+    code = code.splitlines()[0:2] + ["print(tkreg.explain('flash_attention', q, k, k, arch='sm_100a'))"]
+    out = subprocess.run([sys.executable, "-c", "\n".join(code)], env=env, capture_output=True, text=True,
+                         check=True, cwd=cwd).stdout
+    assert "no variant accepts" in out and "TKREG_SKIP_VARIANTS='kernel=tcgen05;kernel=tiled' removed" in out, out
 
 
 @pytest.mark.parametrize("make, why", [(lambda: qkv(hq=5, hk=3), "HQ % HK == 0"), (lambda: qkv(d=96), "D == ")])

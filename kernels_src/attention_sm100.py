@@ -56,9 +56,9 @@ def tcgen05_attention_kernel(dim: int, varlen: bool, dtype: str = "bfloat16", bl
     f32, D = "float32", dim
     HQ, HK = T.dynamic("HQ"), T.dynamic("HK")
 
-    def tile_rows(src, b, r0, t, h):   # block_N rows of a [B, S, H, D] tensor or a packed [T, H, D] one
+    def tile_rows(src, b, k0, t, h):   # block_N rows of a [B, S, H, D] tensor or a packed [T, H, D] one
         if varlen:
-            return src[r0 + t * block_N:r0 + (t + 1) * block_N, h, :]
+            return src[k0 + t * block_N:k0 + (t + 1) * block_N, h, :]
         return src[b, t * block_N:(t + 1) * block_N, h, :]
 
     def q_rows(q, b, h, q0, rows0):

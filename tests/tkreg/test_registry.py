@@ -288,3 +288,19 @@ def test_register_pack_adds_ops(tmp_path):
         r.register_pack(p)
     assert r.entry("mine.gemm").owner.startswith("register_pack:")
     assert "tkreg.rms_norm" in r.entries
+
+
+@pytest.mark.parametrize("setting, op, key, skipped", [
+    ("kernel=tcgen05", "tkreg.flash_attention", "dim=64,dtype=bfloat16,kernel=tcgen05,varlen=false", True),
+    ("kernel=tcgen05", "tkreg.flash_attention", "dim=64,dtype=bfloat16,kernel=tiled,varlen=false", False),
+    (" tkreg.gemm:splits=4 ; kernel=tcgen05 ", "tkreg.gemm", "dtype=bfloat16,splits=4", True),
+    ("tkreg.gemm:splits=4", "tkreg.fp8_gemm", "splits=4", False),          # scoped to another op
+    ("dim=64,kernel=ws", "tkreg.flash_attention", "dim=128,kernel=ws", False),   # every pair must match
+    ("dim=64,kernel=ws", "tkreg.flash_attention", "dim=64,kernel=ws,tree=8", True),
+    ("plug:ns.op:v=1", "plug:ns.op", "v=1", True),                           # a plugin's registry name
+    ("", "tkreg.gemm", "splits=4", False), (";", "tkreg.gemm", "splits=4", False),
+])
+def test_skip_variants_setting(monkeypatch, setting, op, key, skipped):
+    from tkreg import env
+    monkeypatch.setenv("TKREG_SKIP_VARIANTS", setting)
+    assert env.skipped_variant(op, key) is skipped

@@ -30,7 +30,9 @@ neighbour's rows (masked); outputs are stored row by row, never past the sequenc
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 
 from .attention_sm100 import PASS_CONFIGS as SM100_PASS_CONFIGS, tcgen05_attention_kernel
-from .attention_ws import LOG2E, MASKED, PASS_CONFIGS as WS_PASS_CONFIGS, attention_ws_kernel, grid_prim_func
+from .attention_tiles import (MASKED, grid_prim_func, kv_tile, log2_scale, lse_writer, q_tile, saw_a_key, tile_masker,
+                              tiles_seen)
+from .attention_ws import PASS_CONFIGS as WS_PASS_CONFIGS, attention_ws_kernel
 
 DTYPES = ("bfloat16", "float16")
 
@@ -41,6 +43,9 @@ def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages:
 
     f32 = "float32"
     HQ, HK, D = T.dynamic("HQ"), T.dynamic("HK"), dim
+    mask_tile = tile_masker(T, block_M, block_N)
+    write_lse = lse_writer(T, varlen, block_M)
+
     @T.macro
     def body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0):
         # q0 / k0: first row of this sequence in a packed tensor (varlen), else 0.
@@ -59,23 +64,16 @@ def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages:
         hk = h // (HQ // HK)
         r0 = bx * block_M
         off = Sk - Sq                                   # bottom-right causal alignment
-        scale = T.if_then_else(softmax_scale > 0, softmax_scale, T.rsqrt(T.cast(D, f32))) * LOG2E
+        scale = log2_scale(T, softmax_scale, D)
 
-        if varlen:
-            T.copy(q[q0 + r0:q0 + r0 + block_M, h, :], q_s)
-        else:
-            T.copy(q[b, r0:r0 + block_M, h, :], q_s)
+        T.copy(q_tile(q, varlen, block_M, b, h, q0, r0), q_s)
         T.fill(acc_o, 0)
         T.fill(l, 0)
         T.fill(m, -T.infinity(f32))
-        n_tiles = T.if_then_else(causal, T.max(T.min(T.ceildiv(Sk, block_N), T.ceildiv(r0 + block_M + off, block_N)), 0),
-                                 T.ceildiv(Sk, block_N))
+        n_tiles = tiles_seen(T, block_N, causal, r0, block_M, Sq, Sk)
 
         for t in T.Pipelined(n_tiles, num_stages=stages):
-            if varlen:
-                T.copy(k[k0 + t * block_N:k0 + (t + 1) * block_N, hk, :], k_s)
-            else:
-                T.copy(k[b, t * block_N:(t + 1) * block_N, hk, :], k_s)
+            T.copy(kv_tile(k, varlen, block_N, b, k0, t, hk), k_s)
             if mask == "pre":   # (round 2's baseline) every tile starts at 0 or MASKED (causal: valid rows mask j >= Sk anyway)
                 for i, j in T.Parallel(block_M, block_N):
                     acc_s[i, j] = T.if_then_else(t * block_N + j >= Sk or (causal and r0 + i + off < t * block_N + j),
@@ -83,10 +81,7 @@ def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages:
                 T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
             else:               # only the tiles that need it: the sequence tail, the causal diagonal band
                 T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow, clear_accum=True)
-                if (t + 1) * block_N > Sk or (causal and (t + 1) * block_N - 1 > r0 + off):
-                    for i, j in T.Parallel(block_M, block_N):
-                        acc_s[i, j] = T.if_then_else(t * block_N + j >= Sk or (causal and r0 + i + off < t * block_N + j),
-                                                     MASKED, acc_s[i, j])
+                mask_tile(acc_s, t, r0, off, Sk, causal)
             T.copy(m, m_prev)
             T.fill(m, -T.infinity(f32))
             T.reduce_max(acc_s, m, dim=1, clear=False)
@@ -102,26 +97,13 @@ def attention_kernel(dim: int, varlen: bool, block_M: int, block_N: int, stages:
             T.copy(acc_s, acc_p)
             for i, j in T.Parallel(block_M, D):
                 acc_o[i, j] *= rescale[i]
-            if varlen:
-                T.copy(v[k0 + t * block_N:k0 + (t + 1) * block_N, hk, :], v_s)
-            else:
-                T.copy(v[b, t * block_N:(t + 1) * block_N, hk, :], v_s)
+            T.copy(kv_tile(v, varlen, block_N, b, k0, t, hk), v_s)
             T.gemm(acc_p, v_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
 
-        # A row that sees no key gets 0 and lse -inf.  Causal: exactly the rows with i + off < 0
-        # (the others see key 0, in the first tile); else only Sk == 0 (no tile ran: l = 0).
-        seen = T.alloc_fragment((block_M,), "bool")
-        for i in T.Parallel(block_M):
-            seen[i] = T.if_then_else(causal, r0 + i + off >= 0, l[i] > 0)
+        # A row that sees no key gets 0 and lse -inf.
         for i, j in T.Parallel(block_M, D):
-            acc_o[i, j] = T.if_then_else(seen[i], acc_o[i, j] / l[i], 0)
-        for i in T.Parallel(block_M):
-            if r0 + i < Sq:
-                lse_v = T.if_then_else(seen[i], (T.log2(l[i]) + m[i] * scale) / LOG2E, -T.infinity(f32))
-                if varlen:
-                    lse[h, q0 + r0 + i] = lse_v
-                else:
-                    lse[b, h, r0 + i] = lse_v
+            acc_o[i, j] = T.if_then_else(saw_a_key(T, l[i], causal, r0 + i, off), acc_o[i, j] / l[i], 0)
+        write_lse(lse, l, m, scale, causal, b, h, q0, r0, off, Sq)
         T.copy(acc_o, o_s)
         if varlen:
             for i, j in T.Parallel(block_M, D):

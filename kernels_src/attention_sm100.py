@@ -1,6 +1,6 @@
 """Flash attention forward on Blackwell (sm_100a): tcgen05 MMAs into tensor memory (TMEM), after
 FlashAttention-4's schedule.  Same semantics as kernels_src/attention.py (masks, GQA, varlen
-addressing, lse, rows that see no key); the grid form of attention_ws.py (`grid_prim_func`).
+addressing, lse, rows that see no key; kernels_src/attention_tiles.py), in its grid form.
 
 One CTA = 256 query rows of one head, as two 128-row tiles c = 0, 1 (one TMEM lane a row), 384
 threads:
@@ -36,7 +36,8 @@ which its 224 KB of shared memory (Q0, Q1, P0, P1 and three K/V slots at D = 128
 Compiled and its SASS checked for tcgen05 (UTC*MMA) opcodes (tests/build_tools/test_sass_tcgen05.py);
 never run: there is no Blackwell GPU here.
 """
-from .attention_ws import LOG2E, MASKED, grid_prim_func
+from .attention_tiles import (MASKED, grid_prim_func, kv_tile, log2_scale, lse_writer, q_tile, saw_a_key, tile_masker,
+                              tiles_seen)
 
 PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.enable_fast_math": True}
 ROWS = 128       # a tile's query rows: one TMEM lane each
@@ -56,36 +57,26 @@ def tcgen05_attention_kernel(dim: int, varlen: bool, dtype: str = "bfloat16", bl
     f32, D = "float32", dim
     HQ, HK = T.dynamic("HQ"), T.dynamic("HK")
 
-    def tile_rows(src, b, k0, t, h):   # block_N rows of a [B, S, H, D] tensor or a packed [T, H, D] one
-        if varlen:
-            return src[k0 + t * block_N:k0 + (t + 1) * block_N, h, :]
-        return src[b, t * block_N:(t + 1) * block_N, h, :]
+    mask = tile_masker(T, ROWS, block_N)
+    write_lse = lse_writer(T, varlen, ROWS)
 
-    def q_rows(q, b, h, q0, rows0):
-        if varlen:
-            return q[q0 + rows0:q0 + rows0 + ROWS, h, :]
-        return q[b, rows0:rows0 + ROWS, h, :]
-
-    def tiles_of(causal, rows0, Sq, Sk):
-        # K/V tiles rows rows0 .. rows0 + 127 see (0 when they lie past Sq)
-        n = T.if_then_else(causal, T.max(T.min(T.ceildiv(Sk, block_N), T.ceildiv(rows0 + ROWS + Sk - Sq, block_N)), 0),
-                           T.ceildiv(Sk, block_N))
-        return T.if_then_else(rows0 < Sq, n, 0)
+    def tiles_of(causal, rows0, Sq, Sk):   # a tile's K/V tile count: 0 when its rows lie past Sq
+        return T.if_then_else(rows0 < Sq, tiles_seen(T, block_N, causal, rows0, ROWS, Sq, Sk), 0)
 
     @T.macro
     def producer(q, k, v, b, h, hk, q0, k0, r0, q0_s, q1_s, kv_s, q_full, kv_full, kv_empty, n0_, n1_):
         n = T.alloc_var("int32")
         n = T.max(n0_, n1_)
-        T.tma_copy(q_rows(q, b, h, q0, r0), q0_s, barrier=q_full)
-        T.tma_copy(q_rows(q, b, h, q0, r0 + ROWS), q1_s, barrier=q_full)
+        T.tma_copy(q_tile(q, varlen, ROWS, b, h, q0, r0), q0_s, barrier=q_full)
+        T.tma_copy(q_tile(q, varlen, ROWS, b, h, q0, r0 + ROWS), q1_s, barrier=q_full)
         T.mbarrier_arrive(q_full)
         for i in T.serial(2 * n):   # item i: K(i / 2) when i is even, else V(i / 2)
             s = i % stages
             T.mbarrier_wait_parity(kv_empty[s], ((i // stages) & 1) ^ 1)
             if i % 2 == 0:
-                T.tma_copy(tile_rows(k, b, k0, i // 2, hk), kv_s[s, :, :], barrier=kv_full[s])
+                T.tma_copy(kv_tile(k, varlen, block_N, b, k0, i // 2, hk), kv_s[s, :, :], barrier=kv_full[s])
             else:
-                T.tma_copy(tile_rows(v, b, k0, i // 2, hk), kv_s[s, :, :], barrier=kv_full[s])
+                T.tma_copy(kv_tile(v, varlen, block_N, b, k0, i // 2, hk), kv_s[s, :, :], barrier=kv_full[s])
             T.mbarrier_arrive(kv_full[s])
 
     @T.macro
@@ -151,10 +142,7 @@ def tcgen05_attention_kernel(dim: int, varlen: bool, dtype: str = "bfloat16", bl
         for t in T.serial(n_c):
             T.mbarrier_wait_parity(s_full, t & 1)
             T.copy(s_tmem[c, :, :], s_reg)
-            if (t + 1) * block_N > Sk or (causal and (t + 1) * block_N - 1 > rows0 + off):
-                for i, j in T.Parallel(ROWS, block_N):
-                    s_reg[i, j] = T.if_then_else(
-                        t * block_N + j >= Sk or (causal and rows0 + i + off < t * block_N + j), MASKED, s_reg[i, j])
+            mask(s_reg, t, rows0, off, Sk, causal)
             T.copy(m, m_prev)
             T.reduce_max(s_reg, m, dim=1, clear=False)
             if lazy:
@@ -198,16 +186,9 @@ def tcgen05_attention_kernel(dim: int, varlen: bool, dtype: str = "bfloat16", bl
             else:
                 T.clear(o_reg)
             for i, j in T.Parallel(ROWS, O_CHUNK):
-                o_reg[i, j] = T.if_then_else(l[i] > 0 and (not causal or rows0 + i + off >= 0), o_reg[i, j] / l[i], 0)
+                o_reg[i, j] = T.if_then_else(saw_a_key(T, l[i], causal, rows0 + i, off), o_reg[i, j] / l[i], 0)
             T.copy(o_reg, q_s[:, ch * O_CHUNK:(ch + 1) * O_CHUNK])
-        for i in T.Parallel(ROWS):
-            if rows0 + i < Sq:
-                v_ = T.if_then_else(l[i] > 0 and (not causal or rows0 + i + off >= 0),
-                                    (T.log2(l[i]) + m[i] * scale) / LOG2E, -T.infinity(f32))
-                if varlen:
-                    lse[h, q0 + rows0 + i] = v_
-                else:
-                    lse[b, h, rows0 + i] = v_
+        write_lse(lse, l, m, scale, causal, b, h, q0, rows0, off, Sq)
         T.fence_proxy_async()                                   # smem writes -> the TMA store
         T.sync_threads(barrier_id=1 + c, arrive_count=128)      # this warpgroup only
         if varlen:
@@ -238,7 +219,7 @@ def tcgen05_attention_kernel(dim: int, varlen: bool, dtype: str = "bfloat16", bl
         T.sync_threads()
 
         r0 = (T.ceildiv(Sq, 2 * ROWS) - 1 - bx) * (2 * ROWS)   # last row block first
-        scale = T.if_then_else(softmax_scale > 0, softmax_scale, T.rsqrt(T.cast(D, f32))) * LOG2E
+        scale = log2_scale(T, softmax_scale, D)
         n0 = tiles_of(causal, r0, Sq, Sk)   # (expressions: each role binds its own copies)
         n1 = tiles_of(causal, r0 + ROWS, Sq, Sk)
         tx = T.get_thread_binding()

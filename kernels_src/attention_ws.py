@@ -62,54 +62,10 @@ launched ceil(max_seqlen / 128) row blocks for every sequence.  Measured on the 
 (docs/attention-tuning.md, BENCHMARKS.md): d128 577-652 TFLOP/s, 0.96-1.04x cuDNN SDPA; d64 on
 three consumers +8-9% over two (round 10).
 """
-LOG2E = 1.4426950408889634
-MASKED = -1e30   # not -inf: a row masked in a whole tile must not give exp2(-inf + inf) = NaN
+from .attention_tiles import (MASKED, fixed_types, grid_prim_func, kv_tile, log2_scale, lse_writer, q_tile,
+                              saw_a_key, tile_masker, tiles_seen)
+
 PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.enable_fast_math": True}
-
-
-def fixed_types(T, HQ, HK, D: int, dtype: str):
-    """Run-time sizes and buffer types of the fixed-length op's signature: (B, Sq, Sk, q, k, v, out,
-    lse).  q/k/v may be strided views (only the head dim must be contiguous)."""
-    B, Sq, Sk = T.dynamic("B"), T.dynamic("Sq"), T.dynamic("Sk")
-    sqb, sqs, sqh, skb, sks, skh, svb, svs, svh = (T.dynamic(n) for n in (
-        "sqb", "sqs", "sqh", "skb", "sks", "skh", "svb", "svs", "svh"))
-    return (B, Sq, Sk, T.StridedTensor((B, Sq, HQ, D), (sqb, sqs, sqh, 1), dtype),
-            T.StridedTensor((B, Sk, HK, D), (skb, sks, skh, 1), dtype),
-            T.StridedTensor((B, Sk, HK, D), (svb, svs, svh, 1), dtype),
-            T.Tensor((B, Sq, HQ, D), dtype), T.Tensor((B, HQ, Sq), "float32"))
-
-
-def grid_prim_func(T, body, varlen: bool, HQ, HK, D: int, dtype: str, block_M: int, threads: int):
-    """Both attention kernels' grid form: (row blocks, HQ, batch) CTAs, each running
-    body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0) (q0 / k0: the
-    sequence's first packed row, varlen; else 0).  HQ / HK: the factory's own symbols, the ones its
-    body names (T.dynamic makes a new variable per call).  Varlen: packed [total, H, D] with int32
-    cu_seqlens; CTAs past their sequence's end exit at once."""
-    if varlen:
-        TQ, TK, NB = T.dynamic("TQ"), T.dynamic("TK"), T.dynamic("NB")
-        sqs, sqh, sks, skh, svs, svh = (T.dynamic(n) for n in ("sqs", "sqh", "sks", "skh", "svs", "svh"))
-
-        @T.prim_func
-        def flash_attention_varlen(q: T.StridedTensor((TQ, HQ, D), (sqs, sqh, 1), dtype),
-                                   k: T.StridedTensor((TK, HK, D), (sks, skh, 1), dtype),
-                                   v: T.StridedTensor((TK, HK, D), (svs, svh, 1), dtype),
-                                   cu_seqlens_q: T.Tensor((NB,), "int32"), cu_seqlens_k: T.Tensor((NB,), "int32"),
-                                   out: T.Tensor((TQ, HQ, D), dtype), lse: T.Tensor((HQ, TQ), "float32"),
-                                   max_seqlen_q: T.int32, causal: T.bool, softmax_scale: T.float32):
-            with T.Kernel(T.ceildiv(max_seqlen_q, block_M), HQ, NB - 1, threads=threads) as (bx, h, b):
-                q0, k0 = cu_seqlens_q[b], cu_seqlens_k[b]
-                Sq, Sk = cu_seqlens_q[b + 1] - q0, cu_seqlens_k[b + 1] - k0
-                if bx * block_M < Sq:
-                    body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0)
-        return flash_attention_varlen
-
-    B, Sq, Sk, Q, K, V, O, LSE = fixed_types(T, HQ, HK, D, dtype)
-
-    @T.prim_func
-    def flash_attention(q: Q, k: K, v: V, out: O, lse: LSE, causal: T.bool, softmax_scale: T.float32):
-        with T.Kernel(T.ceildiv(Sq, block_M), HQ, B, threads=threads) as (bx, h, b):
-            body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, 0, 0)
-    return flash_attention
 
 
 def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int = 2, dtype: str = "bfloat16",
@@ -132,20 +88,18 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
     full_row = T.GemmWarpPolicy.FullRow
     nreg_s, nreg_o = half * block_N // 128, half * D // 128
 
+    mask = tile_masker(T, half, block_N)
+    write_lse = lse_writer(T, varlen, half)
+
     def rows(src, b, k0, t, hk):
-        if varlen:
-            return src[k0 + t * block_N:k0 + (t + 1) * block_N, hk, :]
-        return src[b, t * block_N:(t + 1) * block_N, hk, :]
+        return kv_tile(src, varlen, block_N, b, k0, t, hk)
 
     def q_rows(q, b, h, q0, rows0):
-        if varlen:
-            return q[q0 + rows0:q0 + rows0 + half, h, :]
-        return q[b, rows0:rows0 + half, h, :]
+        return q_tile(q, varlen, half, b, h, q0, rows0)
 
     def tiles_of(causal, r0, Sq, Sk):
         # K/V tiles row block r0 sees; every warpgroup walks the same count (the ping-pong pairs turns)
-        return T.if_then_else(causal, T.max(T.min(T.ceildiv(Sk, block_N), T.ceildiv(r0 + block_M + Sk - Sq, block_N)), 0),
-                              T.ceildiv(Sk, block_N))
+        return tiles_seen(T, block_N, causal, r0, block_M, Sq, Sk)
 
     @T.macro
     def producer(k, v, b, hk, k0, n_tiles, g, k_s, v_s, kfull, kempty, vfull, vempty):
@@ -163,10 +117,7 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
     @T.macro
     def stats(acc_s, m, m_prev, rescale, row_sum, l, mp, t, rows0, off, Sk, causal, scale):
         # online-softmax statistics of tile t; touches neither acc_o nor acc_p (P V may be running)
-        if (t + 1) * block_N > Sk or (causal and (t + 1) * block_N - 1 > rows0 + off):
-            for i, j in T.Parallel(half, block_N):
-                acc_s[i, j] = T.if_then_else(
-                    t * block_N + j >= Sk or (causal and rows0 + i + off < t * block_N + j), MASKED, acc_s[i, j])
+        mask(acc_s, t, rows0, off, Sk, causal)
         T.copy(m, m_prev)
         if tree:   # `tree` column classes a row: independent max / sum chains, the sum's shuffles at the end
             T.fill(mp, MASKED)
@@ -251,15 +202,8 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
             T.reduce_sum(row_sum, l, dim=1)
         # rows that see no key: 0 and lse -inf (causal: i + off < 0; else Sk == 0)
         for i, j in T.Parallel(half, D):
-            acc_o[i, j] = T.if_then_else(l[i] > 0 and (not causal or rows0 + i + off >= 0), acc_o[i, j] / l[i], 0)
-        for i in T.Parallel(half):
-            if rows0 + i < Sq:
-                v_ = T.if_then_else(l[i] > 0 and (not causal or rows0 + i + off >= 0),
-                                    (T.log2(l[i]) + m[i] * scale) / LOG2E, -T.infinity(f32))
-                if varlen:
-                    lse[h, q0 + rows0 + i] = v_
-                else:
-                    lse[b, h, rows0 + i] = v_
+            acc_o[i, j] = T.if_then_else(saw_a_key(T, l[i], causal, rows0 + i, off), acc_o[i, j] / l[i], 0)
+        write_lse(lse, l, m, scale, causal, b, h, q0, rows0, off, Sq)
         if persistent:   # the previous tile's TMA store (waited by its issuing thread) has read o_s
             T.sync_threads(barrier_id=bar, arrive_count=128)
         T.copy(acc_o, o_s)
@@ -311,15 +255,12 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
                 T.alloc_barrier([128 * nc] * stages),
                 *([T.alloc_barrier(arrive_count=128) for _ in range(nc)] + [None] * (3 - nc)))
 
-    def log2_scale(softmax_scale):
-        return T.if_then_else(softmax_scale > 0, softmax_scale, T.rsqrt(T.cast(D, f32))) * LOG2E
-
     @T.macro
     def body(q, k, v, out, lse, causal, softmax_scale, bx, h, b, Sq, Sk, q0, k0):
         q1_s, q2_s, _, _, _, _, k_s, v_s, kfull, kempty, vfull, vempty, q1_full, q2_full, _ = buffers(False)
         T.sync_threads()
         r0 = bx * block_M
-        scale = log2_scale(softmax_scale)
+        scale = log2_scale(T, softmax_scale, D)
         n_tiles = tiles_of(causal, r0, Sq, Sk)
         tx = T.get_thread_binding()
         if tx < 128:
@@ -432,7 +373,7 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
             T.sync_threads()
             grid = T.min(items, SM_COUNT)
             nit = 2 * T.ceildiv(items - bx, grid)   # two tiles (a row-block pair) per work item
-            scale = log2_scale(softmax_scale)
+            scale = log2_scale(T, softmax_scale, D)
             g = 0
             tx = T.get_thread_binding()
             if tx < 128:

@@ -4,10 +4,13 @@ TFLOP/s = 4 * B * HQ * Sq * Sk * D / time, halved for causal (the masked half is
 SDPA takes [B, H, S, D] (transposed views, no copy) and, for GQA, K/V expanded to HQ heads
 beforehand (cuDNN has no GQA path; the expansion is not timed).  The varlen row packs 16
 sequences of mixed lengths into the token count of the (8, 4096) row and compares with it.
+tkreg and its peers take their runs in turn (`queued_ms_paired`), as the GEMM benches do: timed
+one after the other, the same cubin read 0.85-1.07x of itself between two runs (the GPU's clock
+drifts as it heats), and MHA looked 11% slower than GQA, which it is not (both within 0.2% in turn).
 """
 from __future__ import annotations
 
-from .timing import Row, gpu_ms, need_torch, try_ms
+from .timing import Row, need_torch, queued_ms_paired, try_ms
 
 FULL = [(d, b, s, hq, hk, causal) for d in (128, 64) for b, s in ((8, 4096), (2, 16384))
         for hq, hk in ((32, 8), (32, 32)) for causal in (False, True)]
@@ -23,7 +26,8 @@ def _row(case, impl, ms, flops, vs=None):
     return Row("attention", case, impl, ms, flops / ms / 1e9, "TFLOP/s", 0.0, vs or {})
 
 
-def _sdpa_peers(torch, q, k, v, causal, reps):
+def _sdpa_peers(torch, q, k, v, causal):
+    """name -> callable, for the SDPA backends this torch runs on these inputs."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     g = q.shape[2] // k.shape[2]
@@ -35,7 +39,8 @@ def _sdpa_peers(torch, q, k, v, causal, reps):
         def run(backend=backend):
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-        peers[name] = try_ms(run, [()], reps=reps)
+        if try_ms(run, [()], reps=1, warmup=0) is not None:   # a backend that refuses is left out
+            peers[name] = run
     return peers
 
 
@@ -48,8 +53,10 @@ def cases(quick, ceiling, progress):
         k, v = (torch.randn(b, s, hk, d, dtype=bf16, device="cuda") for _ in range(2))
         reps = 10 if s >= 16384 else 20
         flops = _flops(b, s, s, hq, d, causal)
-        ours = gpu_ms(lambda: tkreg.ops.flash_attention(q, k, v, causal=causal), [()], reps=reps)
-        peers = {p: t for p, t in _sdpa_peers(torch, q, k, v, causal, reps).items() if t}
+        peers = _sdpa_peers(torch, q, k, v, causal)
+        ours, *theirs = queued_ms_paired([lambda: tkreg.ops.flash_attention(q, k, v, causal=causal)]
+                                         + list(peers.values()), [()], reps=reps)
+        peers = dict(zip(peers, theirs))
         case = f"B={b} S={s} HQ={hq} HK={hk} D={d}{' causal' if causal else ''}"
         rows.append(_row(case, "tkreg", ours, flops, {p: t / ours for p, t in peers.items()}))
         rows += [_row(case, p, t, flops) for p, t in peers.items()]
@@ -62,11 +69,11 @@ def cases(quick, ceiling, progress):
         q = torch.randn(total, 32, 128, dtype=bf16, device="cuda")
         k, v = (torch.randn(total, 8, 128, dtype=bf16, device="cuda") for _ in range(2))
         flops = sum(_flops(1, n, n, 32, 128, causal) for n in lens)
-        ours = gpu_ms(lambda: tkreg.ops.flash_attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=causal),
-                      [()], reps=20)
         b = total // 4096
         qe, ke, ve = q[:b * 4096].view(b, 4096, 32, 128), k[:b * 4096].view(b, 4096, 8, 128), v[:b * 4096].view(b, 4096, 8, 128)
-        equal = gpu_ms(lambda: tkreg.ops.flash_attention(qe, ke, ve, causal=causal), [()], reps=20)
+        ours, equal = queued_ms_paired(
+            [lambda: tkreg.ops.flash_attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=causal),
+             lambda: tkreg.ops.flash_attention(qe, ke, ve, causal=causal)], [()], reps=20)
         eflops = _flops(b, 4096, 4096, 32, 128, causal)
         case = f"varlen 16 seqs {total} tok HQ=32 HK=8 D=128{' causal' if causal else ''}"
         rate, erate = flops / ours, eflops / equal

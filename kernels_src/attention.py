@@ -10,7 +10,7 @@ output is 0 and its lse -inf.  softmax_scale = 0 means 1 / sqrt(D).
 Three kernels.  On sm_90a, kernels_src/attention_ws.py: FlashAttention-3's schedule written by hand
 (a TMA producer warpgroup, two consumer warpgroups taking turns on the tensor cores, the softmax
 of one K/V tile under the P V of the previous), persistent; its three-consumer form (192-row d64
-tiles, +8-9% in a sweep) is not in the wheel yet (docs/attention-tuning.md, round 10).  On sm_100a
+tiles, +8-9% in a sweep) runs where `WIDE` says (d64 non-causal, causal from 16k keys).  On sm_100a
 (no WGMMA), kernels_src/attention_sm100.py: FlashAttention-4's schedule on tcgen05 and tensor
 memory (compiled, never run), with `attention_kernel` below beside it at a lower priority, the
 fallback `TKREG_SKIP_VARIANTS="kernel=tcgen05"` selects: each CTA owns block_M query rows of
@@ -136,15 +136,25 @@ def attention_factory(kernel: str, arch: str = "", **params):
 
 # FlashAttention-4's lazy rescale (attention_ws.py): +1-3% at d64, -3-13% at d128 (round 8)
 LAZY = {64: dict(lazy=8)}
+# d64 on FlashAttention-3's 192-row tile (three consumers at 160 registers, no lazy rescale: it
+# costs registers there): two consumers' matmuls run under each one's softmax, +8-9% in the
+# round-10 sweep, where d64 non-causal, and causal from 16k keys, took it (causal at 4k keys lost
+# 15-21%: every consumer walks the block's last row's tile count).  Branch attn-c3 (26th
+# session): built, not yet GPU-gated; main keeps WIDE empty until the gate passes.
+WIDE_MEASURED = {64: "not causal or Sk >= 16384"}
+WIDE = WIDE_MEASURED
 
 
 def _variants(varlen: bool) -> tuple:
     """Per (head dim, dtype): the persistent WS kernel on sm_90a; on sm_100a the tcgen05 kernel,
     and the tiled one (mma.sync) as its fallback (both compiled, never run, not tuned)."""
     rule = "HQ % HK == 0"
-    return tuple(v for d in (128, 64) for dtype in DTYPES for v in (
-        Variant(dict(kernel="ws", dim=d, varlen=varlen, dtype=dtype, persistent=True, tree=8, **LAZY.get(d, {})),
-                rule=rule, archs=("sm_90a",), pass_configs=WS_PASS_CONFIGS),
+    ws = lambda d, dtype: dict(kernel="ws", dim=d, varlen=varlen, dtype=dtype, persistent=True, tree=8, **LAZY.get(d, {}))
+    wide = tuple(Variant(dict(ws(d, dtype), consumers=3, lazy=0), rule=f"{rule} and ({WIDE[d]})", priority=1,
+                         archs=("sm_90a",), pass_configs=WS_PASS_CONFIGS)
+                 for d in WIDE for dtype in DTYPES) if not varlen else ()
+    return wide + tuple(v for d in (128, 64) for dtype in DTYPES for v in (
+        Variant(ws(d, dtype), rule=rule, archs=("sm_90a",), pass_configs=WS_PASS_CONFIGS),
         Variant(dict(CONFIGS[d], kernel="tiled", dim=d, varlen=varlen, dtype=dtype, mask="boundary"), rule=rule,
                 archs=("sm_100a",), pass_configs=FAST_EXP),
         Variant(dict(kernel="tcgen05", dim=d, varlen=varlen, dtype=dtype), rule=rule, priority=1,

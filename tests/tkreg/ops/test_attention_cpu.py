@@ -37,8 +37,11 @@ def test_dispatch_by_head_dim_and_dtype(arch, dt, d):
 
 def assert_kernel(chosen, arch, d):
     """sm_90a: the hand-written warp-specialized kernel, persistent, short softmax chains, the lazy
-    rescale at d64 only (docs/attention-tuning.md round 8); sm_100a (no WGMMA): the tcgen05 one."""
-    if arch == "sm_90a":
+    rescale at d64 only (docs/attention-tuning.md round 8), or at d64 the three-consumer tile
+    without it (fixed lengths, kernels_src/attention.py WIDE); sm_100a (no WGMMA): the tcgen05 one."""
+    if arch == "sm_90a" and "consumers=3" in chosen:
+        assert d == 64 and {"kernel=ws", "persistent=true", "tree=8", "lazy=0", "varlen=false"} <= set(chosen.split(","))
+    elif arch == "sm_90a":
         want = {"kernel=ws", "persistent=true", "tree=8"} | ({"lazy=8"} if d == 64 else set())
         assert want <= set(chosen.split(",")) and ("lazy=" in chosen) == (d == 64), chosen
     else:
@@ -66,6 +69,19 @@ def test_skip_switch_routes_sm100_attention_to_the_tiled_kernel():
     out = subprocess.run([sys.executable, "-c", "\n".join(code)], env=env, capture_output=True, text=True,
                          check=True, cwd=cwd).stdout
     assert "no variant accepts" in out and "TKREG_SKIP_VARIANTS='kernel=tcgen05;kernel=tiled' removed" in out, out
+
+
+@pytest.mark.parametrize("sk, causal, three", [(16, False, True), (16, True, False), (16383, True, False),
+                                               (16384, True, True)])
+def test_d64_three_consumers_where_they_won(sk, causal, three):
+    """kernels_src/attention.py WIDE: d64 non-causal, or causal from 16384 keys (round 10)."""
+    keys = {o["op"]: o for o in tkreg.list_ops()}["tkreg.flash_attention"]["variants"]["sm_90a"]
+    if not any("consumers=3" in k for k in keys):
+        pytest.skip("the three-consumer tile is not in this build")
+    q, k, v = (torch.empty(1, 16, 8, 64, dtype=BF16), torch.empty(1, sk, 2, 64, dtype=BF16),
+               torch.empty(1, sk, 2, 64, dtype=BF16))
+    e = tkreg.explain("flash_attention", q, k, v, causal=causal, arch="sm_90a")
+    assert ("consumers=3" in e.chosen) == three, str(e)
 
 
 @pytest.mark.parametrize("make, why", [(lambda: qkv(hq=5, hk=3), "HQ % HK == 0"), (lambda: qkv(d=96), "D == ")])

@@ -5,7 +5,7 @@ error <= 2e-3 for fp16 outputs and 1e-3 absolute for lse; bf16 outputs <= 3e-3, 
 the output to bf16 alone costs ~1.6e-3 and rounding P to bf16 for the p v matmul (as FlashAttention
 and cuDNN do) as much again: measured 2.0-2.4e-3, the same as torch's own flash SDPA on the same
 inputs (test_bf16_error_matches_torch_flash_sdpa).  Varlen must equal the fixed-length kernel on
-each sequence bit for bit: same tiles, same math, only the addressing differs.
+each sequence bit for bit where both run the same tiles (only the addressing differs).
 """
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ def test_matches_fp32_reference(shape, causal, d, dt, seed):
 
 @pytest.mark.parametrize("shape", [(1, 333, 16461, 4, 2), (1, 16411, 16411, 2, 1)])
 def test_causal_d64_on_long_keys(shape, seed):
-    # causal d64 from 16k keys (where three consumers would take over, docs/attention-tuning.md
-    # round 10): a partial last row block, Sq != Sk, rows that see no tile
+    # the keys where a 192-row d64 tile (three consumers, kernels_src/attention.py WIDE_MEASURED)
+    # would take over from 128-row ones: a partial last row block, Sq != Sk, rows that see no tile
     q, k, v = qkv(*shape, 64, BF16)
     out, lse = ops.flash_attention(q, k, v, causal=True)
     check(out, lse, q, k, v, True, what=shape)
@@ -126,10 +126,14 @@ def test_varlen_equals_each_sequence_alone(causal, d, seed):
     for i in range(len(lens)):
         if not lens[i]:
             continue
-        one = ops.flash_attention(q[None, cq[i]:cq[i + 1]], k[None, ck[i]:ck[i + 1]], v[None, ck[i]:ck[i + 1]],
-                                  causal=causal)
-        assert torch.equal(out[cq[i]:cq[i + 1]], one[0][0]), i
-        assert torch.equal(lse[:, cq[i]:cq[i + 1]], one[1][0]), i
+        sl, kl = slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])
+        fixed = tkreg.explain("flash_attention", q[None, sl], k[None, kl], v[None, kl], causal=causal).chosen
+        if "consumers=3" in fixed:   # the fixed-length op on other tiles than varlen's: no bit equality
+            check(out[None, sl], lse[None, :, sl], q[None, sl], k[None, kl], v[None, kl], causal, what=i)
+            continue
+        one = ops.flash_attention(q[None, sl], k[None, kl], v[None, kl], causal=causal)
+        assert torch.equal(out[sl], one[0][0]), i
+        assert torch.equal(lse[:, sl], one[1][0]), i
     for i in (0, 2, 4):   # and a few against the fp32 reference
         sl, kl = slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])
         check(out[None, sl], lse[None, :, sl], q[None, sl], k[None, kl], v[None, kl], causal)

@@ -139,10 +139,9 @@ LAZY = {64: dict(lazy=8)}
 # d64 on FlashAttention-3's 192-row tile (three consumers at 160 registers, no lazy rescale: it
 # costs registers there): two consumers' matmuls run under each one's softmax, +8-9% in the
 # round-10 sweep, where d64 non-causal, and causal from 16k keys, took it (causal at 4k keys lost
-# 15-21%: every consumer walks the block's last row's tile count).  Branch attn-c3 (26th
-# session): built, not yet GPU-gated; main keeps WIDE empty until the gate passes.
-WIDE_MEASURED = {64: "not causal or Sk >= 16384"}
-WIDE = WIDE_MEASURED
+# 15-21%: every consumer walks the block's last row's tile count).  Shipped in the 27th session
+# after the GPU gate on the H200; the bench then: +6% (4k keys), +9-13% (16k keys) on those rows.
+WIDE = {64: "not causal or Sk >= 16384"}
 
 
 def _variants(varlen: bool) -> tuple:

@@ -64,7 +64,7 @@ def test_matches_fp32_reference(shape, causal, d, dt, seed):
 
 @pytest.mark.parametrize("shape", [(1, 333, 16461, 4, 2), (1, 16411, 16411, 2, 1)])
 def test_causal_d64_on_long_keys(shape, seed):
-    # the keys where a 192-row d64 tile (three consumers, kernels_src/attention.py WIDE_MEASURED)
+    # the keys where a 192-row d64 tile (three consumers, kernels_src/attention.py WIDE)
     # would take over from 128-row ones: a partial last row block, Sq != Sk, rows that see no tile
     q, k, v = qkv(*shape, 64, BF16)
     out, lse = ops.flash_attention(q, k, v, causal=True)

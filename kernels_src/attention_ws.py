@@ -69,7 +69,7 @@ PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.enable_fast_math": T
 
 
 def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int = 2, dtype: str = "bfloat16",
-                        persistent: bool = False, tree: int = 0, lazy: int = 0, consumers: int = 2):
+                        persistent: bool = False, tree: int = 0, lazy: int = 0, consumers: int = 2, order: int = 0):
     """persistent: min(items, SM_COUNT) CTAs walk the (row-block pair, head, batch) work items, so the
     next tile's K/V loads and Q run under this tile's epilogue.  tree: column classes a row for the
     softmax's max / sum chains (0: tilelang's reduce).  lazy: FlashAttention-4's lazy rescale, the
@@ -290,6 +290,22 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
         valid = T.if_then_else(it % 2 == 0 or nmb - 1 - w % npair != w % npair, 1, 0)
 
     @T.macro
+    def locate_sorted(it, bx, grid, nmb, items, mb: T.Ref, h: T.Ref, b: T.Ref, valid: T.Ref):
+        # order > 0: single row blocks, the heaviest first (causal: the last row block sees the most
+        # keys), `order` heads (h fastest, then batch) a group so that the CTAs running at once share
+        # K/V; round it deals them to the CTAs forwards (it even) or backwards (it odd), so each CTA's
+        # sum of costs evens out
+        idx = it * grid + T.if_then_else(it % 2 == 0, bx, grid - 1 - bx)
+        valid = T.if_then_else(idx < items, 1, 0)
+        i = T.min(idx, items - 1)
+        gsz = T.min(order, items // T.max(nmb, 1) - i // (order * nmb) * order)   # the last group may be short
+        w = i % (order * nmb)
+        hb = i // (order * nmb) * order + w % gsz
+        mb = nmb - 1 - w // gsz
+        h = hb % HQ
+        b = hb // HQ
+
+    @T.macro
     def locate_varlen(it, bx, grid, cu_q, cu_k, NB, cur: T.Ref, mb: T.Ref, h: T.Ref, b: T.Ref, valid: T.Ref,
                       q0: T.Ref, k0: T.Ref, sq: T.Ref, sk: T.Ref):
         # varlen: sequence b owns the pair slots [S(b), S(b + 1)), S(b) = cu_q[b] // 256 + b, at least
@@ -323,8 +339,8 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
         T.barrier_arrive(q_full)
 
     @T.macro
-    def persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, nit, grid, bx, causal, scale, c, q_s, o_s,
-                            k_s, v_s, kfull, kempty, vfull, vempty, q_full, g: T.Ref):
+    def persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, items, nit, grid, bx, causal, scale, c, q_s,
+                            o_s, k_s, v_s, kfull, kempty, vfull, vempty, q_full, g: T.Ref):
         # consumer c (rows 64 c of each tile); the next tile's Q loads under this tile's epilogue.
         # it: the current tile (mb, h, b, valid, q0, k0, sq, sk); n*: the next one's
         fr = fragments()
@@ -333,6 +349,8 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
         _, nmb_, nh, nb, nvalid, nq0, nk0, nsq, nsk = item_vars(Sq, Sk)
         if varlen:
             locate_varlen(0, bx, grid, cu_q, cu_k, NB, cur, mb, h, b, valid, q0, k0, sq, sk)
+        elif order:
+            locate_sorted(0, bx, grid, nmb, items, mb, h, b, valid)
         else:
             locate(0, bx, grid, nmb, mb, h, b, valid)
         load_q(q, c, q_s, q_full, mb, h, b, q0)
@@ -346,6 +364,8 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
                 T.sync_threads(barrier_id=1 + nc + c, arrive_count=128)
                 if varlen:
                     locate_varlen(it + 1, bx, grid, cu_q, cu_k, NB, cur, nmb_, nh, nb, nvalid, nq0, nk0, nsq, nsk)
+                elif order:
+                    locate_sorted(it + 1, bx, grid, nmb, items, nmb_, nh, nb, nvalid)
                 else:
                     locate(it + 1, bx, grid, nmb, nmb_, nh, nb, nvalid)
                 load_q(q, c, q_s, q_full, nmb_, nh, nb, nq0)
@@ -372,7 +392,9 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
             g = T.alloc_var("int32")
             T.sync_threads()
             grid = T.min(items, SM_COUNT)
-            nit = 2 * T.ceildiv(items - bx, grid)   # two tiles (a row-block pair) per work item
+            # two tiles (a row-block pair) per work item; sorted single blocks: every CTA the same
+            # count, the last one past the items for some (valid 0)
+            nit = T.ceildiv(items, grid) if order else 2 * T.ceildiv(items - bx, grid)
             scale = log2_scale(T, softmax_scale, D)
             g = 0
             tx = T.get_thread_binding()
@@ -382,6 +404,8 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
                 for it in T.serial(nit):
                     if varlen:
                         locate_varlen(it, bx, grid, cu_q, cu_k, NB, cur, mb, h, b, valid, q0, k0, sq, sk)
+                    elif order:
+                        locate_sorted(it, bx, grid, nmb, items, mb, h, b, valid)
                     else:
                         locate(it, bx, grid, nmb, mb, h, b, valid)
                     n_tiles = tiles_of(causal, mb * block_M, sq, sk) * valid
@@ -390,17 +414,17 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
             elif tx < 256:
                 T.inc_max_nreg(nreg)
                 T.named_barrier_arrive(1, 256)                          # consumer 0 goes first
-                persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, nit, grid, bx, causal, scale, 0, q1_s,
-                                    o1_s, k_s, v_s, kfull, kempty, vfull, vempty, q1_full, g)
+                persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, items, nit, grid, bx, causal, scale, 0,
+                                    q1_s, o1_s, k_s, v_s, kfull, kempty, vfull, vempty, q1_full, g)
             elif nc == 2 or tx < 384:
                 T.inc_max_nreg(nreg)
-                persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, nit, grid, bx, causal, scale, 1, q2_s,
-                                    o2_s, k_s, v_s, kfull, kempty, vfull, vempty, q2_full, g)
+                persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, items, nit, grid, bx, causal, scale, 1,
+                                    q2_s, o2_s, k_s, v_s, kfull, kempty, vfull, vempty, q2_full, g)
             else:   # one chain of branches: tilelang's shared-memory planner would alias the buffers of a
                 # consumer in a later statement with those of an earlier one it thinks are dead
                 T.inc_max_nreg(nreg)
-                persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, nit, grid, bx, causal, scale, 2, q3_s,
-                                    o3_s, k_s, v_s, kfull, kempty, vfull, vempty, q3_full, g)
+                persistent_consumer(q, out, lse, cu_q, cu_k, NB, Sq, Sk, nmb, items, nit, grid, bx, causal, scale, 2,
+                                    q3_s, o3_s, k_s, v_s, kfull, kempty, vfull, vempty, q3_full, g)
 
     if not persistent:
         return grid_prim_func(T, body, varlen, HQ, HK, D, dtype, block_M, 384)
@@ -428,6 +452,6 @@ def attention_ws_kernel(dim: int, varlen: bool, block_N: int = 128, stages: int 
     def flash_attention_persistent(q: Q, k: K, v: V, out: O, lse: LSE, causal: T.bool, softmax_scale: T.float32,
                                    SM_COUNT: SM_COUNT):
         nmb = T.ceildiv(Sq, block_M)
-        persistent_kernel(q, k, v, out, lse, None, None, 0, Sq, Sk, nmb, (nmb + 1) // 2 * HQ * B, causal,
-                          softmax_scale, SM_COUNT)
+        persistent_kernel(q, k, v, out, lse, None, None, 0, Sq, Sk, nmb, (nmb if order else (nmb + 1) // 2) * HQ * B,
+                          causal, softmax_scale, SM_COUNT)
     return flash_attention_persistent

@@ -87,22 +87,16 @@ def tcgen05_body(T, layout: str, M, N, K, E, block_M: int, block_N: int, block_K
             T.tma_copy(b_tile(b, e, n0, k0 + k), b_s[s, :, :], barrier=loaded[s])
             T.mbarrier_arrive(loaded[s])
 
+    def corner(out, e, m0, n0):   # the tile's first element: in partials e (split), expert e (masked)
+        return out[e, m0, n0] if split or masked else out[m0, n0]
+
     @T.macro
     def store(chunk, c_s, out, e, m0, n0, hi):
-        """One EPI_N-column chunk: TMA when all the tile's rows are < hi (dense: always; split: into
-        partials e), else row-masked element stores (a grouped segment's last tile)."""
-        if split:
+        """One EPI_N-column chunk: TMA when all the tile's rows are < hi (dense and split: always),
+        else row-masked element stores (a grouped segment's last tile)."""
+        if split or dense or m0 + block_M <= hi:
             T.copy(chunk, c_s)
-            T.copy(c_s, out[e, m0, n0])
-        elif dense:
-            T.copy(chunk, c_s)
-            T.copy(c_s, out[m0, n0])
-        elif m0 + block_M <= hi:
-            T.copy(chunk, c_s)
-            if masked:
-                T.copy(c_s, out[e, m0, n0])
-            else:
-                T.copy(c_s, out[m0, n0])
+            T.copy(c_s, corner(out, e, m0, n0))
         else:
             for i, j in T.Parallel(block_M, EPI_N):
                 if m0 + i < hi and n0 + j < N:

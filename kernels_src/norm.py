@@ -6,9 +6,9 @@ per token row (two at N = 4096 forward); tokens M are symbolic.
 Hidden sizes: the sizes in HIDDEN get kernels with N baked in, so a row lives in registers and is
 read once (4096-7168, WPRE: the any-N resident-row code below at that fixed N, the weight loaded
 with the row).  Every other N with N % 8 == 0 (2880, 3584, 6144, 12288, 16384, ...) runs the any-N
-kernels (`N=0` variants, lower priority): for RESIDENT_FROM < N <= ANY_N_RESIDENT the row is
-loaded in 16-byte slots into registers and read once, like the static kernels; otherwise pass 1
-streams the row summing squares and pass 2 re-reads it (from L2) and writes.  Their sum order differs from the
+kernels (`N=0` variants, lower priority): in the RESIDENT ranges the row is loaded in 16-byte
+slots into registers and read once, like the static kernels; otherwise pass 1 streams the row
+summing squares and pass 2 re-reads it (from L2) and writes.  Their sum order differs from the
 static kernels', so the two may differ in the last bit of a rounding.
 N % 8 != 0: NoKernelError (or the torch reference with TKREG_FALLBACK=reference).
 rms_norm_backward is static-N only.
@@ -18,10 +18,13 @@ from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 HIDDEN = (1024, 2048, 4096, 5120, 7168, 8192)
 DTYPES = ("bfloat16", "float16")
 BWD_ROWS = 16   # rows per CTA in the backward: fewer partial dw rows to reduce
-# Any-N kernels: rows of RESIDENT_FROM < N <= ANY_N_RESIDENT stay in registers (8 slots per
-# thread, 56-82 registers); shorter rows use the two-pass kernel (34 registers, twice the CTAs
-# per SM), which measured faster there on the H200 (3584: 87% of copy vs 75%); longer ones too.
-RESIDENT_FROM, ANY_N_RESIDENT = 8192, 16384
+# Any-N kernels: (lo, hi, threads, wpre) -- rows of lo < N <= hi stay in registers, in hi / (8 *
+# threads) 16-byte slots a thread; other N use the two-pass kernel.  8192-16384: 8 slots (56-82
+# registers).  2048-4096 (2880, 3584, ...): 4 slots with the weight loaded beside the row, against
+# the two-pass kernel 0.85-0.93 -> 1.00-1.09 of a same-size copy (rms_norm 16384 x 3584 1.12 ->
+# 1.20x torch.compile), fused_add 0.88-0.99 -> 0.98-1.05 (docs/sweeps/r28n.py; sized for 16384
+# columns it read 75% of copy at 3584 against the two-pass kernel's 87%).
+RESIDENT = ((2048, 4096, 128, 1), (8192, 16384, 256, 0))
 # Forward hidden sizes on the resident-row kernel (8 bf16 per 16-byte slot, 256 threads) with the
 # weight loaded with the row instead of after the row's reduction; the T.Parallel kernels (8-byte
 # accesses, the weight read after the barrier) measured 3-14% slower at 1024-4096 tokens and within
@@ -280,10 +283,11 @@ def _variants(any_n: bool = False):
     static = tuple(Variant(_static(n, d, any_n)) for n in HIDDEN for d in DTYPES)
     if not any_n:
         return static
-    return static + tuple(v for d in DTYPES for v in (
-        Variant({"N": 0, "dtype": d, "threads": 256, "max_n": ANY_N_RESIDENT},
-                rule=f"N % 8 == 0 and N > {RESIDENT_FROM} and N <= {ANY_N_RESIDENT}", priority=-1),
-        Variant({"N": 0, "dtype": d, "threads": 256}, rule="N % 8 == 0", priority=-2)))
+    resident = tuple(Variant({"N": 0, "dtype": d, "threads": t, "max_n": hi, **({"wpre": 1} if wpre else {})},
+                             rule=f"N % 8 == 0 and N > {lo} and N <= {hi}", priority=-1)
+                     for lo, hi, t, wpre in RESIDENT for d in DTYPES)
+    return static + resident + tuple(Variant({"N": 0, "dtype": d, "threads": 256}, rule="N % 8 == 0", priority=-2)
+                                     for d in DTYPES)
 
 
 _EPS = Scalar("eps", "float32", 1e-6)

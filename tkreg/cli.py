@@ -60,7 +60,8 @@ def _doctor(args) -> int:
     reg = RUNTIME.registry.complete()
     have_archs = sorted({a for e in reg.entries.values() for a in e.sources})
     try:
-        from .native import SHIM_STATE, driver_info, launcher
+        from .driver_api import driver_info
+        from .native import SHIM_STATE, launcher
         launcher()
         print("tensor reads: " + ("fast path (" if SHIM_STATE["active"] else "attribute path (") + SHIM_STATE["why"] + ")")
         ver, caps = driver_info()

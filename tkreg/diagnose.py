@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import expr
 from .codes import DTYPES, ERRORS, REJECTS
+from .driver_api import cu_error
 from .env import skip_variants
 from .errors import LaunchError, PackError
 from .spec import OpSpec
@@ -176,7 +177,6 @@ _FAILURES = {
 def failure(kind: str, op: str, key, *facts):
     """Raise what the launcher failed at: a CUDA call (`cuda`: code, what) or a pack its module
     load found broken."""
-    from .native import cu_error
     where = op if key is None else f"{op}[{key}]"
     if kind == "cuda":
         code, what = facts

@@ -5,7 +5,7 @@ current-stream query as plain Python callables here, and reads tensors through t
 ABI-stable C shim (`aoti_torch_*`) when this torch exports it and a self-check agrees with the
 tensor attributes.  The shim's functions are found here with ctypes in the libtorch that
 `import torch` already loaded (never loaded anew), and handed to C as addresses; so are the CUDA
-driver's, from libcuda.so.1, loaded at the first launch.
+driver's (tkreg/driver_api.py), from libcuda.so.1, loaded at the first launch.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from array import array
 
 from . import env
 from .codes import ERRORS, LIMITS
+from .driver_api import driver, pointers
 from .errors import LaunchError, PackError
 from .spec import DTYPES
 
@@ -97,7 +98,7 @@ def _shim_functions(torch):
         codes.append(f() if f is not None else -99)
     if -99 in codes[-2:]:
         return None
-    return _pointers(fns), tuple(codes[:-2]), codes[-2], codes[-1]
+    return pointers(fns), tuple(codes[:-2]), codes[-2], codes[-1]
 
 
 def enable_shim(_launcher, torch) -> None:
@@ -147,57 +148,3 @@ def autograd_meta_offset(torch) -> int:
     plain = [torch.empty(3), torch.zeros(2, 4, dtype=torch.bfloat16), torch.empty(4, requires_grad=True).detach()]
     grad = [torch.empty(2, requires_grad=True), torch.nn.Parameter(torch.ones(3)), torch.zeros(5).requires_grad_()]
     return AUTOGRAD_META if all(word(t) is None for t in plain) and all(word(t) for t in grad) else 0
-
-
-@functools.lru_cache(maxsize=None)
-def libcuda():
-    """libcuda.so.1, initialised; LaunchError saying what is missing (tried again on each call)."""
-    try:
-        cu = ctypes.CDLL("libcuda.so.1")
-    except OSError as e:
-        raise LaunchError(f"cannot load libcuda.so.1 ({e}): is the NVIDIA driver installed?") from None
-    r = cu.cuInit(0)
-    if r:
-        raise LaunchError(f"cuInit failed: {cu_error(r, cu)}")
-    return cu
-
-
-def driver(names: str) -> bytes:
-    """The driver entry points `names` (space-separated), packed as the launcher's table of
-    function pointers; asked for at its first launch."""
-    cu = libcuda()
-    missing = [n for n in names.split() if not hasattr(cu, n)]
-    if missing:
-        raise LaunchError(f"libcuda.so.1 lacks {missing[0]}: tkreg needs a driver for CUDA 13.0 (R580 or newer)")
-    return _pointers(getattr(cu, n) for n in names.split())
-
-
-def _pointers(fns) -> bytes:
-    """C function pointers in a row (a struct of them), from ctypes functions; 0 for None."""
-    return array("Q", (ctypes.cast(f, ctypes.c_void_p).value or 0 if f is not None else 0 for f in fns)).tobytes()
-
-
-def cu_error(code: int, cu=None) -> str:
-    """`NAME (code): description` of a CUresult."""
-    name, text = ctypes.c_char_p(), ctypes.c_char_p()
-    cu = cu or libcuda()
-    cu.cuGetErrorName(code, ctypes.byref(name)), cu.cuGetErrorString(code, ctypes.byref(text))
-    return f"{(name.value or b'CUDA error').decode()} ({code}): {(text.value or b'unknown').decode()}"
-
-
-def driver_info() -> tuple[int, list]:
-    """(driver version, [(major, minor)] per device) through libcuda, for `tkreg doctor`."""
-    cu = libcuda()
-    ver, n = ctypes.c_int(), ctypes.c_int()
-    for what, r in (("cuDriverGetVersion", cu.cuDriverGetVersion(ctypes.byref(ver))),
-                    ("cuDeviceGetCount", cu.cuDeviceGetCount(ctypes.byref(n)))):
-        if r:
-            raise LaunchError(f"{what} failed: {cu_error(r, cu)}")
-    caps = []
-    for i in range(n.value):
-        d, ma, mi = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
-        if cu.cuDeviceGet(ctypes.byref(d), i) or cu.cuDeviceGetAttribute(ctypes.byref(ma), 75, d) \
-                or cu.cuDeviceGetAttribute(ctypes.byref(mi), 76, d):
-            raise LaunchError(f"cannot read the compute capability of device {i}")
-        caps.append((ma.value, mi.value))
-    return ver.value, caps

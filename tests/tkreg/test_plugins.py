@@ -273,7 +273,7 @@ def test_no_pack_for_this_arch_fails_at_the_call_naming_the_op(site, tmp_path, m
     with pytest.raises(UnsupportedDeviceError, match=r"fake\.mm: cuda:0 .*sm_100a.*\['sm_90a'\]"):
         runtime.RUNTIME.resolve(r.entry("fake.mm"), 0)
     assert runtime.RUNTIME.resolve(r.entry("tkreg.gemm"), 0)   # built-ins still serve this GPU
-    monkeypatch.setattr("tkreg.native.driver_info", lambda: (13000, [(10, 0)]))
+    monkeypatch.setattr("tkreg.driver_api.driver_info", lambda: (13000, [(10, 0)]))
     assert cli.main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "plugin:alpha (fake-alpha 1.0): loaded; archs sm_90a; 1 op(s)" in out

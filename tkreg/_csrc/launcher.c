@@ -64,7 +64,7 @@ static int fail(const char *fmt, ...) {
 }
 #define cu_fail(r, op, key, what) fail("(sOOis)", "cuda", op, (key) ? (key) : Py_None, (int)(r), what)
 
-/* The driver's entry points from tkreg.native.driver, which loads libcuda and runs cuInit. */
+/* The driver's entry points from tkreg.driver_api.driver, which loads libcuda and runs cuInit. */
 static int cuda_load(void) {
     PyObject *b = g_cuda ? NULL : PyObject_CallObject(g_driver, NULL); /* Python: the GIL may drop here */
     if (!g_cuda && b && take(b, sizeof cu, &cu)) g_cuda = 1;

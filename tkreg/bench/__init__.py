@@ -166,7 +166,7 @@ def run(ops=None, quick=False) -> dict:
 
 def _driver() -> str:
     try:
-        from tkreg.native import driver_info
+        from tkreg.driver_api import driver_info
         v = driver_info()[0]
         return f"{v // 1000}.{v % 1000 // 10}"
     except Exception:  # noqa: BLE001

@@ -6,8 +6,8 @@ fp32 reference (tkreg.reference.activation), which Inductor fuses into one kerne
 """
 from __future__ import annotations
 
-from .timing import (Row, bandwidth_rows, compiled, gpu_ms, host_us, mid_shapes, need_torch, rotations,
-                     same_size_rows, try_ms)
+from .timing import (COPY, Row, bandwidth_rows, compiled, copy_ms, gpu_ms, host_us, mid_shapes, need_torch,
+                     rotations, same_size_rows, try_ms)
 
 
 GPT_OSS = (7.0, 1.702, 1.0)   # swiglu limit, alpha, beta
@@ -50,7 +50,7 @@ def cases(quick, ceiling, progress):
             ours = gpu_ms(lambda x: tkreg.ops.swiglu(x, *GPT_OSS), sets)
             peers = {"eager": try_ms(lambda x: _eager_swiglu(x, *GPT_OSS), sets),
                      "torch.compile": comp_swiglu and try_ms(lambda x: comp_swiglu(x, *GPT_OSS), sets)}
-        rows += bandwidth_rows(op, case, nbytes, ceiling, ours, peers)
+        rows += bandwidth_rows(op, case, nbytes, ceiling, ours, {**peers, COPY: copy_ms(nbytes)})
         progress()
     for t, i in mid_shapes(quick):   # mid sizes: queued GPU time beside a device copy of the same bytes
         nbytes = 6 * t * i

@@ -9,7 +9,7 @@ heats hits all alike.
 """
 from __future__ import annotations
 
-from .timing import COPY, Row, copy_sets, queued_ms, queued_ms_paired, rotations, try_ms, need_torch
+from .timing import COPY, Row, copy_ms, queued_ms, queued_ms_paired, rotations, try_ms, need_torch
 
 PREFILL = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 7168, 2048), (4096, 28672, 4096), (4096, 4096, 14336)]
 MID = [(m, n, k) for m in (128, 256, 512, 1024, 2048) for n, k in ((8192, 8192), (7168, 2048), (4096, 14336))]
@@ -29,7 +29,7 @@ def _rows(op, case, m, n, k, weight_bytes, ceiling, ours, peers) -> list:
     peers = {p: t for p, t in peers.items() if t}
     decode = m <= 64
     if decode:
-        peers[COPY] = queued_ms(lambda s, d: d.copy_(s), copy_sets(weight_bytes))
+        peers[COPY] = copy_ms(weight_bytes, queued_ms)
         torch.cuda.empty_cache()
     def row(impl, ms, vs=None):
         metric = weight_bytes / ms / 1e6 if decode else 2 * m * n * k / ms / 1e9

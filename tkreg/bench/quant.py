@@ -10,17 +10,19 @@ Bytes per call = every input read once + every output written once (bf16 in, e =
   fp8 dequant channel  M*K + 4*ceil(M/128)*K + 2*M*K
 Every row queues its calls behind a spin kernel (timing.queued_ms): events around one call would
 also time the host's launch work, which at 4096 x 7168 (kernels of ~25 µs) read FP4 quant at 40%
-of copy against 72% queued.  The mid-size rows also carry a same-size device copy
-(tkreg/bench/timing.py: same_size_rows).
+of copy against 72% queued.  Every row also carries a same-size device copy (timing.copy_ms): where
+torch.compile is near it, no kernel can lead torch.compile by much.
 """
 from __future__ import annotations
 
-from .timing import bandwidth_rows, compiled, mid_shapes, need_torch, queued_ms, rotations, same_size_rows, try_ms
+from .timing import (COPY, bandwidth_rows, compiled, copy_ms, mid_shapes, need_torch, queued_ms, rotations,
+                     same_size_rows, try_ms)
 
 
 def _rows(name, case, nbytes, ceiling, sets, ours, ref_fn):
     comp = compiled(ref_fn)
-    peers = {"eager": try_ms(ref_fn, sets, queued_ms), "torch.compile": comp and try_ms(comp, sets, queued_ms)}
+    peers = {"eager": try_ms(ref_fn, sets, queued_ms), "torch.compile": comp and try_ms(comp, sets, queued_ms),
+             COPY: copy_ms(nbytes, queued_ms)}
     return bandwidth_rows(name, case, nbytes, ceiling, queued_ms(ours, sets), peers)
 
 

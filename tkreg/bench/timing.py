@@ -178,12 +178,18 @@ def copy_sets(nbytes: int) -> list:
                               torch.empty(half, dtype=torch.uint8, device="cuda")), nbytes)
 
 
+def copy_ms(nbytes: int, timer=gpu_ms) -> float:
+    """A device copy of `nbytes` (half read, half written) timed by `timer`: what any kernel moving
+    the same bytes can reach, so a peer's ratio above copy / peer is out of reach for every kernel."""
+    return timer(lambda s, d: d.copy_(s), copy_sets(nbytes))
+
+
 def same_size_rows(op, case, nbytes, ceiling, fn, sets, peers=None) -> list:
     """Rows for one mid-size case, every time from `queued_ms` (kernels of 3-40 µs: events on an
     idle stream would time the host's launch work, see docs/gemm-tuning.md): tkreg, each peer, and
     a device copy of the same number of bytes timed just before (`dst.copy_(src)`).  tkreg's row
     carries vs[COPY] = copy time / tkreg time: >= 0.90 is issue #17's bar."""
-    copy = queued_ms(lambda s, d: d.copy_(s), copy_sets(nbytes))
+    copy = copy_ms(nbytes, queued_ms)
     ours = queued_ms(fn, sets)
     timed = {k: try_ms(v, sets, timer=queued_ms) for k, v in (peers or {}).items() if v}
     return bandwidth_rows(op, case + " (queued)", nbytes, ceiling, ours, {**timed, COPY: copy})

@@ -1,20 +1,20 @@
-"""The launcher's Python side without a GPU: libcuda's entry points and what the launcher
-reports when the driver or a pack fails."""
+"""tkreg/driver_api.py without a GPU: libcuda's entry points, and what the launcher reports
+(tkreg/diagnose.py, in the driver's words) when the driver or a pack fails."""
 from __future__ import annotations
 
 import ctypes
 
 import pytest
 
-from tkreg import diagnose, native
+from tkreg import diagnose, driver_api, native
 from tkreg.errors import LaunchError, PackError
 
 
 @pytest.fixture
 def fresh_libcuda():
-    native.libcuda.cache_clear()
+    driver_api.libcuda.cache_clear()
     yield
-    native.libcuda.cache_clear()
+    driver_api.libcuda.cache_clear()
 
 
 class FakeCuda:
@@ -41,28 +41,28 @@ class FakeCuda:
 def test_no_driver_says_to_install_one(monkeypatch, fresh_libcuda):
     def missing(name, *a, **k):
         raise OSError(f"{name}: cannot open shared object file")
-    monkeypatch.setattr(native.ctypes, "CDLL", missing)
+    monkeypatch.setattr(driver_api.ctypes, "CDLL", missing)
     with pytest.raises(LaunchError, match=r"cannot load libcuda.so.1 .*is the NVIDIA driver installed\?"):
-        native.driver("cuLaunchKernel")
+        driver_api.driver("cuLaunchKernel")
 
 
 def test_an_old_driver_names_the_missing_entry_point_and_the_driver_needed(monkeypatch, fresh_libcuda):
-    monkeypatch.setattr(native.ctypes, "CDLL", lambda name, *a, **k: FakeCuda(lacks=("cuFuncGetParamInfo",)))
+    monkeypatch.setattr(driver_api.ctypes, "CDLL", lambda name, *a, **k: FakeCuda(lacks=("cuFuncGetParamInfo",)))
     with pytest.raises(LaunchError, match=r"lacks cuFuncGetParamInfo: .*CUDA 13.0 \(R580 or newer\)"):
-        native.driver("cuLaunchKernel cuFuncGetParamInfo")
+        driver_api.driver("cuLaunchKernel cuFuncGetParamInfo")
 
 
 def test_cuinit_failure_gives_the_drivers_own_words(monkeypatch, fresh_libcuda):
-    monkeypatch.setattr(native.ctypes, "CDLL", lambda name, *a, **k: FakeCuda(init=100))
+    monkeypatch.setattr(driver_api.ctypes, "CDLL", lambda name, *a, **k: FakeCuda(init=100))
     with pytest.raises(LaunchError, match=r"cuInit failed: CUDA_ERROR_NO_DEVICE \(100\): no CUDA-capable device"):
-        native.driver("cuLaunchKernel")
+        driver_api.driver("cuLaunchKernel")
 
 
 def test_entry_points_are_packed_as_the_launchers_table(monkeypatch, fresh_libcuda):
     names = native.launcher().DRIVER_FUNCS   # initialised before libcuda is faked
     cu = FakeCuda()
-    monkeypatch.setattr(native.ctypes, "CDLL", lambda name, *a, **k: cu)
-    table = native.driver(names)
+    monkeypatch.setattr(driver_api.ctypes, "CDLL", lambda name, *a, **k: cu)
+    table = driver_api.driver(names)
     assert len(table) == 8 * len(names.split())
     first = int.from_bytes(table[:8], "little")
     assert first == ctypes.cast(getattr(cu, names.split()[0]), ctypes.c_void_p).value != 0
@@ -76,7 +76,7 @@ def test_entry_points_are_packed_as_the_launchers_table(monkeypatch, fresh_libcu
     ("cuda", (700, "cuLaunchKernel"), LaunchError, r"t.op\[v\]: cuLaunchKernel failed: CUDA_ERROR_NO_DEVICE \(700\)"),
 ])
 def test_failures_the_launcher_reports_are_written_here(monkeypatch, fresh_libcuda, kind, facts, exc, match):
-    monkeypatch.setattr(native.ctypes, "CDLL", lambda name, *a, **k: FakeCuda())
+    monkeypatch.setattr(driver_api.ctypes, "CDLL", lambda name, *a, **k: FakeCuda())
     with pytest.raises(exc, match=match):
         diagnose.failure(kind, "t.op", "v", *facts)
     with pytest.raises(exc, match=r"^t.op: "):

@@ -18,13 +18,15 @@ from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 HIDDEN = (1024, 2048, 4096, 5120, 7168, 8192)
 DTYPES = ("bfloat16", "float16")
 BWD_ROWS = 16   # rows per CTA in the backward: fewer partial dw rows to reduce
-# Any-N kernels: (lo, hi, threads, wpre) -- rows of lo < N <= hi stay in registers, in hi / (8 *
-# threads) 16-byte slots a thread; other N use the two-pass kernel.  8192-16384: 8 slots (56-82
-# registers).  2048-4096 (2880, 3584, ...): 4 slots with the weight loaded beside the row, against
-# the two-pass kernel 0.85-0.93 -> 1.00-1.09 of a same-size copy (rms_norm 16384 x 3584 1.12 ->
-# 1.20x torch.compile), fused_add 0.88-0.99 -> 0.98-1.05 (docs/sweeps/r28n.py; sized for 16384
-# columns it read 75% of copy at 3584 against the two-pass kernel's 87%).
-RESIDENT = ((2048, 4096, 128, 1), (8192, 16384, 256, 0))
+# Any-N kernels: (lo, hi, threads, wpre, dtypes) -- rows of lo < N <= hi stay in registers, in
+# hi / (8 * threads) 16-byte slots a thread; other N use the two-pass kernel.  8192-16384: 8 slots
+# (56-82 registers).  2048-4096 (2880, 3584, ...): 4 slots with the weight loaded beside the row,
+# against the two-pass kernel 0.85-0.93 -> 1.00-1.09 of a same-size copy (rms_norm 16384 x 3584
+# 1.12 -> 1.20x torch.compile), fused_add 0.88-0.99 -> 0.98-1.05 (docs/sweeps/r28n.py; sized for
+# 16384 columns it read 75% of copy at 3584 against the two-pass kernel's 87%).  bf16 only for now:
+# those cubins are byte for byte the sweep's, which passed its checks on the H200; fp16 keeps the
+# two-pass kernel until its cubins have run on a GPU.
+RESIDENT = ((2048, 4096, 128, 1, ("bfloat16",)), (8192, 16384, 256, 0, DTYPES))
 # Forward hidden sizes on the resident-row kernel (8 bf16 per 16-byte slot, 256 threads) with the
 # weight loaded with the row instead of after the row's reduction; the T.Parallel kernels (8-byte
 # accesses, the weight read after the barrier) measured 3-14% slower at 1024-4096 tokens and within
@@ -285,7 +287,7 @@ def _variants(any_n: bool = False):
         return static
     resident = tuple(Variant({"N": 0, "dtype": d, "threads": t, "max_n": hi, **({"wpre": 1} if wpre else {})},
                              rule=f"N % 8 == 0 and N > {lo} and N <= {hi}", priority=-1)
-                     for lo, hi, t, wpre in RESIDENT for d in DTYPES)
+                     for lo, hi, t, wpre, dtypes in RESIDENT for d in dtypes)
     return static + resident + tuple(Variant({"N": 0, "dtype": d, "threads": 256}, rule="N % 8 == 0", priority=-2)
                                      for d in DTYPES)
 

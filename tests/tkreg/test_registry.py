@@ -111,15 +111,17 @@ def test_rms_norm_picks_hidden_size_and_dtype(n, dt):
     assert sum(c for _, c, _ in e.rows) == 1
 
 
+@pytest.mark.parametrize("dt", [BF16, FP16])
 @pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm"])
 @pytest.mark.parametrize("n", [8, 1000, 2040, 2056, 2880, 3584, 4088, 6144, 16384, 16392])
-def test_other_hidden_sizes_take_the_any_n_kernel(n, op):
-    """Register-resident for 2048 < N <= 4096 (4 slots a thread, the weight loaded with the row) and
-    8192 < N <= 16384, the two-pass kernel otherwise."""
-    args = [torch.empty(3, n, dtype=BF16)] * (2 if op == "fused_add_rms_norm" else 1) + [torch.empty(n, dtype=BF16)]
+def test_other_hidden_sizes_take_the_any_n_kernel(n, op, dt):
+    """Register-resident for 2048 < N <= 4096 (bf16: 4 slots a thread, the weight loaded with the row)
+    and 8192 < N <= 16384, the two-pass kernel otherwise."""
+    args = [torch.empty(3, n, dtype=dt)] * (2 if op == "fused_add_rms_norm" else 1) + [torch.empty(n, dtype=dt)]
     e = tkreg.explain(op, *args, arch="sm_90a")
-    want = ("N=0,dtype=bfloat16,max_n=4096,threads=128,wpre=1" if 2048 < n <= 4096 else
-            "N=0,dtype=bfloat16,max_n=16384,threads=256" if 8192 < n <= 16384 else "N=0,dtype=bfloat16,threads=256")
+    d = str(dt)[6:]
+    want = (f"N=0,dtype={d},max_n=4096,threads=128,wpre=1" if 2048 < n <= 4096 and dt == BF16 else
+            f"N=0,dtype={d},max_n=16384,threads=256" if 8192 < n <= 16384 else f"N=0,dtype={d},threads=256")
     assert e.chosen == want, str(e)
 
 

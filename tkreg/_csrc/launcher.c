@@ -19,7 +19,7 @@ _Static_assert(sizeof(LaunchAttr) == sizeof(CUlaunchAttribute), "codes.py's Laun
 
 #define DECLARE_FN(name, args) CUresult(*name) args;
 #define NAME_FN(name, args) #name " "
-static struct { TKREG_CU_FUNCS(DECLARE_FN) } cu; /* the driver's entry points, as tkreg.native.driver packs them */
+static struct { TKREG_CU_FUNCS(DECLARE_FN) } cu; /* the driver's entry points, as tkreg.driver_api.driver packs them */
 static int g_cuda;                                 /* cu is set */
 static CUcontext g_ctx[MAXDEV];
 static int64_t g_sm[MAXDEV + 1]; /* multiprocessor count per device, from resolve; slot 0 (CPU): per check */

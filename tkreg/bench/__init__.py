@@ -40,7 +40,7 @@ def bench_host_cost(progress, rounds=7, bursts=25, k=200):
     """
     torch = need_torch()
     import tkreg
-    from tkreg import native
+    from tkreg import driver_api
     from tkreg.runtime import OPS
 
     from . import _probe
@@ -65,7 +65,7 @@ def bench_host_cost(progress, rounds=7, bursts=25, k=200):
 
     op(x, w, 1e-6, out)  # loads the module and makes its context current for the probes
     tkreg.register_torch_ops()  # for the torch.ops row
-    fns = native.driver(_probe.PROBE_FUNCS)
+    fns = driver_api.driver(_probe.PROBE_FUNCS)
     driver = c_loop(lambda: _probe.driver_floor(dev, stream, k, fns))
     cases = {
         "native Op call from a C loop (out=)": c_loop(lambda: _probe.call_loop(op, (x, w, 1e-6, out), k)),

@@ -4,7 +4,7 @@
  *                                      floor any launcher pays; its PTX is JIT'ed by the driver once)
  *   call_loop(fn, args, n)          -> us per fn(*args) from a C loop (no Python loop overhead)
  *
- * Links nothing: the entry points are tkreg.native.driver's, packed in PROBE_FUNCS order.  The
+ * Links nothing: the entry points are tkreg.driver_api.driver's, packed in PROBE_FUNCS order.  The
  * launcher made the device's primary context current before, so these run in it (the bench calls
  * an op first). */
 #define PY_SSIZE_T_CLEAN

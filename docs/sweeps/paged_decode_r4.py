@@ -62,7 +62,7 @@ SPECS = (OpSpec(name="sw.paged_decode_attention", doc=spec.doc,
 def run(out: str):
     import torch
     import tkreg
-    from tkreg.bench.timing import copy_bandwidth, copy_sets, queued_ms, queued_ms_paired, rotations
+    from tkreg.bench.timing import copy_bandwidth, copy_ms, queued_ms, queued_ms_paired, rotations
     res = {"checks": [], "rows": []}
     torch.manual_seed(0)
     for b, ctx, ps, lens in ((1, 32768, 16, None), (1, 32768, 64, None), (64, 4096, 16, None),
@@ -90,7 +90,7 @@ def run(out: str):
             cs = [c for c, cfg in enumerate(CFGS) if _ok(cfg, ps)]
             fns = [lambda *x, c=c: tkreg.call("sw.paged_decode_attention", *x, cfg=c) for c in cs]
             ms = queued_ms_paired(fns, sets, reps=30, runs=7)
-            t_copy = queued_ms(lambda s, d: d.copy_(s), copy_sets(kv))
+            t_copy = copy_ms(kv, queued_ms)
             row = dict(b=b, ctx=ctx, ps=ps, copy_us=t_copy * 1e3,
                        us={f"cfg{c}": t * 1e3 for c, t in zip(cs, ms)},
                        pct={f"cfg{c}": kv / t / 1e6 / bw * 100 for c, t in zip(cs, ms)})

@@ -42,10 +42,10 @@ def cb(m, k):
 
 def copy_ms(cache: dict, nbytes: int, queued=False) -> float:
     """A device copy of `nbytes` (read + write), timed once per size and timer, kept in `cache`."""
-    from tkreg.bench.timing import copy_sets, gpu_ms, queued_ms
+    from tkreg.bench import timing
     key = f"{nbytes}{'q' if queued else ''}"
     if key not in cache:
-        cache[key] = (queued_ms if queued else gpu_ms)(lambda s, d: d.copy_(s), copy_sets(nbytes))
+        cache[key] = timing.copy_ms(nbytes, timing.queued_ms if queued else timing.gpu_ms)
     return cache[key]
 
 
@@ -53,10 +53,10 @@ def cfg_row(op: str, ncfg: int, comp, sets, nbytes: int, shape) -> dict:
     """Every cfg of sweep op `op` and torch.compile (`comp`) timed in turn (queued, 5 paired runs)
     beside a same-size device copy: {shape, of_copy, vs_compile, copy_ms}, also printed."""
     import tkreg
-    from tkreg.bench.timing import copy_sets, queued_ms, queued_ms_paired
+    from tkreg.bench.timing import copy_ms, queued_ms, queued_ms_paired
     fns = [lambda *a, c=c: tkreg.call(op, *a, cfg=c) for c in range(ncfg)] + [comp]
     ms = queued_ms_paired(fns, sets, reps=30, runs=5)
-    copy = queued_ms(lambda s, d: d.copy_(s), copy_sets(nbytes))
+    copy = copy_ms(nbytes, queued_ms)
     names = [f"cfg{c}" for c in range(ncfg)] + ["compile"]
     row = dict(shape=list(shape), of_copy={n: copy / v for n, v in zip(names, ms)},
                vs_compile={n: ms[-1] / v for n, v in zip(names, ms)}, copy_ms=copy)

@@ -43,22 +43,27 @@ def _threads(n: int) -> int:
 
 
 def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll: int = 2, wpre: int = 0, n: int = 0,
-                  rows: int = 1):
+                  rows: int = 1, lanes: int = 0):
     """rms_norm / fused_add_rms_norm for a symbolic N (N % 8 == 0), or for N = n when n > 0; one
     CTA per `rows` rows.
 
-    max_n > 0: the row stays in registers (max_n / (threads * 8) 16-byte slots per thread), read
+    max_n > 0: the row stays in registers (max_n / (lanes * 8) 16-byte slots per thread), read
     once.  max_n == 0: any N, two passes (sum of squares, then re-read and write).  wpre: the
     weight slices load with the row, before the reduction's barrier (resident rows only).  rows:
-    resident rows a CTA (every row's loads first, one barrier for all their sums).
+    resident rows a CTA (every row's loads first, one barrier for all their sums).  lanes < threads
+    (resident rows, lanes a power of two <= 32): `lanes` threads a row, threads / lanes rows side
+    by side, each row's sum reduced by shuffles within its lane group, no barrier (head-dim rows).
     """
     import tilelang.language as T
 
     assert not wpre or max_n, "wpre: resident rows only"
     assert rows == 1 or max_n, "rows: resident rows only"
+    lanes = lanes or threads
+    group = threads // lanes                     # rows side by side in a CTA
+    assert group == 1 or (max_n and lanes <= 32 and lanes & (lanes - 1) == 0), "lanes: resident rows, 2^k <= 32"
     M, N = T.dynamic("M"), (n or T.dynamic("N"))
     vec, warps, f32 = 8, threads // 32, "float32"
-    chunk = threads * vec                        # columns one 16-byte slot per thread covers
+    chunk = lanes * vec                          # columns one 16-byte slot per thread covers
     slots = max_n // chunk if max_n else unroll
 
     @T.macro
@@ -90,13 +95,20 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
         for v in T.vectorized(vec):
             out[row, col + v] = a[i, v]
 
+    def lane_of(tx):                             # a thread's place in its row
+        return tx % lanes if group > 1 else tx
+
+    def row_of(bx, tx, rr):                      # the thread's resident row rr
+        return (bx * rows + rr) * group + tx // lanes if group > 1 else bx * rows + rr
+
     @T.macro
     def run(x, residual, weight, out, eps):
-        with T.Kernel(T.ceildiv(M, rows), threads=threads) as bx:
+        with T.Kernel(T.ceildiv(M, rows * group), threads=threads) as bx:
             if not n:
                 T.assume(N % vec == 0)
             tx = T.get_thread_binding()
-            red = T.alloc_shared((rows, warps), f32)
+            lane = lane_of(tx)
+            red = T.alloc_shared((rows, warps), f32) if group == 1 else None
             a = T.alloc_local((rows * slots, vec), dtype)
             b = T.alloc_local((rows * slots, vec), dtype)
             w = T.alloc_local((slots if wpre else 1, vec), dtype)
@@ -107,17 +119,17 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
             if max_n:
                 for rr in T.unroll(rows):        # every load first
                     for i in T.unroll(slots):
-                        if bx * rows + rr < M and i * chunk + tx * vec < N:
-                            load(x, residual, a, b, bx * rows + rr, i * chunk + tx * vec, rr * slots + i)
+                        if row_of(bx, tx, rr) < M and i * chunk + lane * vec < N:
+                            load(x, residual, a, b, row_of(bx, tx, rr), i * chunk + lane * vec, rr * slots + i)
                 if wpre:                         # the weight slices too, before the barrier
                     for i in T.unroll(slots):
-                        if i * chunk + tx * vec < N:
+                        if i * chunk + lane * vec < N:
                             for v in T.vectorized(vec):
-                                w[i, v] = weight[i * chunk + tx * vec + v]
+                                w[i, v] = weight[i * chunk + lane * vec + v]
                 for rr in T.unroll(rows):
                     for i in T.unroll(slots):
-                        if bx * rows + rr < M and i * chunk + tx * vec < N:
-                            add_square(residual, a, b, bx * rows + rr, i * chunk + tx * vec, rr * slots + i, acc, rr)
+                        if row_of(bx, tx, rr) < M and i * chunk + lane * vec < N:
+                            add_square(residual, a, b, row_of(bx, tx, rr), i * chunk + lane * vec, rr * slots + i, acc, rr)
             else:
                 for it in T.serial(T.ceildiv(N, chunk * slots)):
                     for i in T.unroll(slots):
@@ -126,21 +138,29 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
                     for i in T.unroll(slots):
                         if (it * slots + i) * chunk + tx * vec < N:
                             add_square(residual, a, b, bx, (it * slots + i) * chunk + tx * vec, i, acc, 0)
+            if group > 1:                        # a row's lanes are one aligned group of a warp
+                for rr in T.unroll(rows):
+                    for k in T.unroll(lanes.bit_length() - 1):
+                        acc[rr] = acc[rr] + T.shfl_xor(acc[rr], (lanes // 2) >> k)
+            else:
+                for rr in T.unroll(rows):
+                    for k in T.unroll(5):
+                        acc[rr] = acc[rr] + T.shfl_xor(acc[rr], 16 >> k)
+                    if tx % 32 == 0:
+                        red[rr, tx // 32] = acc[rr]
+                T.sync_threads()
             for rr in T.unroll(rows):
-                for k in T.unroll(5):
-                    acc[rr] = acc[rr] + T.shfl_xor(acc[rr], 16 >> k)
-                if tx % 32 == 0:
-                    red[rr, tx // 32] = acc[rr]
-            T.sync_threads()
-            for rr in T.unroll(rows):
-                tot[0] = T.float32(0)
-                for i in T.unroll(warps):
-                    tot[0] = tot[0] + red[rr, i]
+                if group > 1:
+                    tot[0] = acc[rr]
+                else:
+                    tot[0] = T.float32(0)
+                    for i in T.unroll(warps):
+                        tot[0] = tot[0] + red[rr, i]
                 r = T.rsqrt(tot[0] / T.cast(N, f32) + eps)
                 if max_n:
                     for i in T.unroll(slots):
-                        if bx * rows + rr < M and i * chunk + tx * vec < N:
-                            scale_store(a, rr * slots + i, i, weight, out, bx * rows + rr, i * chunk + tx * vec, r, w)
+                        if row_of(bx, tx, rr) < M and i * chunk + lane * vec < N:
+                            scale_store(a, rr * slots + i, i, weight, out, row_of(bx, tx, rr), i * chunk + lane * vec, r, w)
                 else:                            # pass 2 re-reads the row (from L2)
                     for it in T.serial(T.ceildiv(N, chunk)):
                         if it * chunk + tx * vec < N:
@@ -162,11 +182,11 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
     return rms_norm
 
 
-def rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0, wpre: int = 0, rows: int = 1):
+def rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0, wpre: int = 0, rows: int = 1, lanes: int = 0):
     import tilelang.language as T
 
     if N == 0 or wpre:
-        return _any_n_kernel(dtype, threads, fused=False, max_n=max_n, wpre=wpre, n=N, rows=rows)
+        return _any_n_kernel(dtype, threads, fused=False, max_n=max_n, wpre=wpre, n=N, rows=rows, lanes=lanes)
     M = T.dynamic("M")
 
     @T.prim_func
@@ -187,12 +207,12 @@ def rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0, wpre
     return rms_norm
 
 
-def fused_add_rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0, wpre: int = 0, rows: int = 1):
+def fused_add_rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int = 0, wpre: int = 0, rows: int = 1, lanes: int = 0):
     """residual <- x + residual (rounded); x <- rms_norm(residual) * w: both in place."""
     import tilelang.language as T
 
     if N == 0 or wpre:
-        return _any_n_kernel(dtype, threads, fused=True, max_n=max_n, wpre=wpre, n=N, rows=rows)
+        return _any_n_kernel(dtype, threads, fused=True, max_n=max_n, wpre=wpre, n=N, rows=rows, lanes=lanes)
     M = T.dynamic("M")
 
     @T.prim_func
@@ -216,16 +236,34 @@ def fused_add_rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int
     return fused_add_rms_norm
 
 
+def _dw_sum(T, M, N, rows, dtype, guard: bool):
+    """The backward's second kernel: one thread a column sums the CTAs' partial dw rows."""
+    @T.macro
+    def dw_sum(partial, dw):
+        with T.Kernel(T.ceildiv(N, 128), threads=128) as bn:
+            tx = T.get_thread_binding(0)
+            s = T.alloc_local((1,), "float32")
+            if not guard or bn * 128 + tx < N:
+                s[0] = 0.0
+                for b in T.serial(T.ceildiv(M, rows)):
+                    s[0] += partial[b, bn * 128 + tx]
+                dw[bn * 128 + tx] = T.cast(s[0], dtype)
+    return dw_sum
+
+
 def rms_norm_backward_kernel(N: int, dtype: str, threads: int = 128):
     """dx = r*g - (r^3/N) * sum(g*x) * x with g = dy*w; dw = sum_rows dy*x*r.
 
     Two kernels: BWD_ROWS rows per CTA write dx and a partial dw row (fp32 scratch), then one
-    thread per column sums the partial rows.
+    thread per column sums the partial rows.  N = 0: any N % 8 == 0 (`_any_n_backward`).
     """
     import tilelang.language as T
 
+    if N == 0:
+        return _any_n_backward(dtype, threads)
     M = T.dynamic("M")
     rows = BWD_ROWS
+    dw_sum = _dw_sum(T, M, N, rows, dtype, guard=False)
 
     @T.prim_func
     def rms_norm_backward(dy: T.Tensor((M, N), dtype), x: T.Tensor((M, N), dtype),
@@ -257,13 +295,84 @@ def rms_norm_backward_kernel(N: int, dtype: str, threads: int = 128):
                         acc[j] += T.cast(dy[row, j], "float32") * xf[j] * r
             for j in T.Parallel(N):
                 partial[blk, j] = acc[j]
-        with T.Kernel(T.ceildiv(N, 128), threads=128) as bn:
-            tx = T.get_thread_binding(0)
-            s = T.alloc_local((1,), "float32")
-            s[0] = 0.0
-            for b in T.serial(T.ceildiv(M, rows)):
-                s[0] += partial[b, bn * 128 + tx]
-            dw[bn * 128 + tx] = T.cast(s[0], dtype)
+        dw_sum(partial, dw)
+
+    return rms_norm_backward
+
+
+def _any_n_backward(dtype: str, threads: int):
+    """rms_norm_backward for a symbolic N (N % 8 == 0): a CTA's BWD_ROWS rows one at a time, each in
+    two passes of 16-byte slots -- sums of x^2 and g*x, then x, dy and w re-read (from L1/L2) for
+    dx -- while each thread adds dy*x*r into its own columns of the CTA's partial dw row in global
+    memory (no other thread touches them, so no atomics; the row stays in L2)."""
+    import tilelang.language as T
+
+    M, N = T.dynamic("M"), T.dynamic("N")
+    vec, warps, f32, rows = 8, threads // 32, "float32", BWD_ROWS
+    chunk = threads * vec
+    dw_sum = _dw_sum(T, M, N, rows, dtype, guard=True)
+
+    @T.prim_func
+    def rms_norm_backward(dy: T.Tensor((M, N), dtype), x: T.Tensor((M, N), dtype),
+                          weight: T.Tensor((N,), dtype), dx: T.Tensor((M, N), dtype),
+                          dw: T.Tensor((N,), dtype), partial: T.Tensor((T.ceildiv(M, rows), N), "float32"),
+                          eps: T.float32):
+        with T.Kernel(T.ceildiv(M, rows), threads=threads) as blk:
+            T.assume(N % vec == 0)
+            tx = T.get_thread_binding()
+            red = T.alloc_shared((2, 2, warps), f32)     # double-buffered by row parity: one barrier a row
+            xs = T.alloc_local((vec,), dtype)
+            gs = T.alloc_local((vec,), dtype)
+            ws = T.alloc_local((vec,), dtype)
+            acc = T.alloc_local((2,), f32)
+            tot = T.alloc_local((2,), f32)
+            for col0 in T.serial(T.ceildiv(N, chunk)):   # partial dw starts at zero (rows past M add nothing)
+                if col0 * chunk + tx * vec < N:
+                    for v in T.vectorized(vec):
+                        partial[blk, col0 * chunk + tx * vec + v] = T.float32(0)
+            for rr in T.serial(rows):
+                row = blk * rows + rr
+                if row < M:                               # the same for every thread of the CTA
+                    acc[0] = T.float32(0)
+                    acc[1] = T.float32(0)
+                    for it in T.serial(T.ceildiv(N, chunk)):
+                        if it * chunk + tx * vec < N:
+                            for v in T.vectorized(vec):
+                                xs[v] = x[row, it * chunk + tx * vec + v]
+                            for v in T.vectorized(vec):
+                                gs[v] = dy[row, it * chunk + tx * vec + v]
+                            for v in T.vectorized(vec):
+                                ws[v] = weight[it * chunk + tx * vec + v]
+                            for v in T.unroll(vec):
+                                acc[0] = acc[0] + T.cast(xs[v], f32) * T.cast(xs[v], f32)
+                                acc[1] = acc[1] + T.cast(gs[v], f32) * T.cast(ws[v], f32) * T.cast(xs[v], f32)
+                    for j in T.unroll(2):
+                        for k in T.unroll(5):
+                            acc[j] = acc[j] + T.shfl_xor(acc[j], 16 >> k)
+                        if tx % 32 == 0:
+                            red[rr % 2, j, tx // 32] = acc[j]
+                    T.sync_threads()
+                    for j in T.unroll(2):
+                        tot[j] = T.float32(0)
+                        for i in T.unroll(warps):
+                            tot[j] = tot[j] + red[rr % 2, j, i]
+                    r = T.rsqrt(tot[0] / T.cast(N, f32) + eps)
+                    c = r * r * r * tot[1] / T.cast(N, f32)
+                    for it in T.serial(T.ceildiv(N, chunk)):
+                        if it * chunk + tx * vec < N:
+                            for v in T.vectorized(vec):
+                                xs[v] = x[row, it * chunk + tx * vec + v]
+                            for v in T.vectorized(vec):
+                                gs[v] = dy[row, it * chunk + tx * vec + v]
+                            for v in T.vectorized(vec):
+                                ws[v] = weight[it * chunk + tx * vec + v]
+                            for v in T.unroll(vec):
+                                partial[blk, it * chunk + tx * vec + v] += T.cast(gs[v], f32) * T.cast(xs[v], f32) * r
+                            for v in T.unroll(vec):
+                                xs[v] = T.cast(r * (T.cast(gs[v], f32) * T.cast(ws[v], f32)) - c * T.cast(xs[v], f32), dtype)
+                            for v in T.vectorized(vec):
+                                dx[row, it * chunk + tx * vec + v] = xs[v]
+        dw_sum(partial, dw)
 
     return rms_norm_backward
 

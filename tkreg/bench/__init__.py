@@ -242,20 +242,27 @@ def markdown(res: dict, jit: dict | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+# what a merged table's header takes from its newest run (the command stays the base run's)
+HEADER = ("date", "gpu", "torch", "cuda", "driver", "tkreg", "python", "copy_gbs", "host_us", "host_above_us",
+          "cold_start_ms", "cold_import_ms")
+
+
 def merge(base: dict, parts: list) -> dict:
-    """`base` (a full run: host cost, cold start, its families' rows) plus, for each (results, families,
-    note) in `parts`, that run's rows of those families, replacing base's rows of them; the result
-    lists every run under "runs" so the rendered table says which rows came from where."""
+    """`base` (a full run, or a table merged before) plus, for each (results, families, note) in
+    `parts`, that run's rows of those families, replacing base's rows of them; the result lists
+    every run under "runs" (base's own list kept, less what was replaced) so the rendered table
+    says which rows came from where, and its header (date, versions, copy bandwidth, host cost)
+    is the newest part's."""
     def fams(rows):
         return sorted({r["op"] for r in rows})
     out = dict(base, rows=list(base["rows"]))
-    runs = [dict(families=[], date=base["date"], command=base["command"])]
+    runs = base.get("runs") or [dict(families=fams(base["rows"]), date=base["date"], command=base["command"])]
     for res, families, note in parts:
         take = [r for r in res["rows"] if r["op"] in families]
         out["rows"] = [r for r in out["rows"] if r["op"] not in families] + take
+        runs = [dict(r, families=[f for f in r["families"] if f not in families]) for r in runs]
         runs.append(dict(families=fams(take), date=res["date"], command=res["command"], note=note))
-    kept = {id(r) for r in out["rows"]}
-    runs[0]["families"] = fams([r for r in base["rows"] if id(r) in kept])  # what no part replaced
+        out.update({k: res[k] for k in HEADER if k in res})
     out["runs"] = [r for r in runs if r["families"]]
     return out
 

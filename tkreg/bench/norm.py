@@ -10,8 +10,10 @@ def cases(quick, ceiling, progress):
     from tkreg import reference
     F = torch.nn.functional
     rows = []
-    # 3584 (Qwen2-7B) and 16384 (Llama-3-405B) run the any-N kernels; the rest have static-N ones
-    shapes = [(16384, 7168), (16384, 4096)] + ([] if quick else [(8192, 8192), (4096, 5120), (16384, 3584), (8192, 16384)])
+    # 3584 (Qwen2-7B) and 16384 (Llama-3-405B) run the any-N kernels; the rest have static-N ones;
+    # head-dim rows by the million: qk-norm (Qwen3, Gemma 3 normalize q and k per head)
+    shapes = [(16384, 7168), (16384, 4096)] + ([] if quick else [(8192, 8192), (4096, 5120), (16384, 3584), (8192, 16384),
+                                                                 (1 << 20, 64), (1 << 20, 128), (1 << 22, 128)])
 
     def label(m, n):
         x = torch.empty(1, n, dtype=torch.bfloat16, device="cuda")
@@ -41,6 +43,18 @@ def cases(quick, ceiling, progress):
         if comp_add is not None:
             peers["torch.compile"] = gpu_ms(lambda x, r, w: comp_add(x, r, w, 1e-6), sets)
         rows += bandwidth_rows("fused_add_rms_norm", label(m, n), nbytes, ceiling, ours, peers)
+        progress()
+    comp_bwd = compiled(reference.rms_norm_backward)
+    for m, n in [(16384, 4096)] + ([] if quick else [(16384, 7168)]):
+        nbytes = 3 * m * n * 2 + 2 * n * 2       # dy, x read, dx written; weight read, dw written
+        sets = rotations(lambda: (torch.randn(m, n, dtype=torch.bfloat16, device="cuda"),
+                                  torch.randn(m, n, dtype=torch.bfloat16, device="cuda"),
+                                  torch.randn(n, dtype=torch.bfloat16, device="cuda")), nbytes)
+        ours = gpu_ms(lambda dy, x, w: tkreg.ops.rms_norm_backward(dy, x, w, 1e-6), sets)
+        peers = {"eager": gpu_ms(lambda dy, x, w: reference.rms_norm_backward(dy, x, w, 1e-6), sets)}
+        if comp_bwd is not None:
+            peers["torch.compile"] = gpu_ms(lambda dy, x, w: comp_bwd(dy, x, w, 1e-6), sets)
+        rows += bandwidth_rows("rms_norm_backward", label(m, n), nbytes, ceiling, ours, peers)
         progress()
     # mid sizes (prefill chunks): queued GPU time beside a device copy of the same bytes
     bf16 = torch.bfloat16

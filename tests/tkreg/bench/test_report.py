@@ -60,4 +60,24 @@ def test_merge_replaces_a_family_and_names_every_run(results):
     assert gemm == other["rows"] and len(merged["rows"]) == len(results["rows"])
     md = bench.markdown(merged)
     assert "2099-01-01, `python -m tkreg bench --ops gemm` (a later run)" in md
-    assert [r["date"] for r in merged["runs"]] == [results["date"], "2099-01-01"]
+    assert merged["runs"][-1]["families"] == ["gemm"] and merged["date"] == "2099-01-01"
+    assert all("gemm" not in r["families"] for r in merged["runs"][:-1])
+    # the earlier runs keep naming their other families
+    before = {f for r in results.get("runs", [dict(families=sorted({r["op"] for r in results["rows"]}))])
+              for f in r["families"]}
+    assert {f for r in merged["runs"] for f in r["families"]} == before | {"gemm"}
+
+
+def test_merge_cli_rewrites_the_table(results, tmp_path):
+    import subprocess
+    import sys
+    table, new = tmp_path / "table.json", tmp_path / "new.json"
+    table.write_text(json.dumps(results))
+    new.write_text(json.dumps(dict(results, date="2099-01-02", command="python -m tkreg bench --ops norm",
+                                   rows=[dict(r, ms=1.0) for r in results["rows"] if r["op"] == "rms_norm"])))
+    subprocess.run([sys.executable, "-m", "tkreg.bench", "merge", str(table), str(new), "a note"], check=True)
+    merged = json.loads(table.read_text())
+    assert {r["ms"] for r in merged["rows"] if r["op"] == "rms_norm"} == {1.0}
+    assert len(merged["rows"]) == len(results["rows"])
+    assert merged["runs"][-1] == dict(families=["rms_norm"], date="2099-01-02",
+                                      command="python -m tkreg bench --ops norm", note="a note")

@@ -10,23 +10,45 @@ kernels (`N=0` variants, lower priority): in the RESIDENT ranges the row is load
 slots into registers and read once, like the static kernels; otherwise pass 1 streams the row
 summing squares and pass 2 re-reads it (from L2) and writes.  Their sum order differs from the
 static kernels', so the two may differ in the last bit of a rounding.
+Head-dim rows (N = 64-256, qk-norm) can run `lanes` threads a row, several rows a CTA side by side
+(`Resident.lanes`; staged: docs/sweeps/r29n.py).
 N % 8 != 0: NoKernelError (or the torch reference with TKREG_FALLBACK=reference).
-rms_norm_backward is static-N only.
+rms_norm_backward: the HIDDEN sizes; any other N % 8 == 0 for the dtypes in BWD_ANY_N
+(`_any_n_backward`; none until docs/sweeps/r29b.py has run on a GPU).
 """
+from typing import NamedTuple
+
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 
 HIDDEN = (1024, 2048, 4096, 5120, 7168, 8192)
 DTYPES = ("bfloat16", "float16")
 BWD_ROWS = 16   # rows per CTA in the backward: fewer partial dw rows to reduce
-# Any-N kernels: (lo, hi, threads, wpre, dtypes) -- rows of lo < N <= hi stay in registers, in
-# hi / (8 * threads) 16-byte slots a thread; other N use the two-pass kernel.  8192-16384: 8 slots
+
+
+class Resident(NamedTuple):
+    """An any-N range lo < N <= hi whose rows stay in registers, hi / (8 * lanes) 16-byte slots a
+    thread: `threads` a CTA, the weight loaded with the row (`wpre`), `lanes` threads a row when
+    fewer than `threads` (head-dim rows: threads / lanes rows side by side), `rows` rows a thread."""
+    lo: int
+    hi: int
+    threads: int
+    wpre: int = 0
+    dtypes: tuple = DTYPES
+    lanes: int = 0
+    rows: int = 1
+
+
+# Any-N kernels: rows of lo < N <= hi (`Resident`) stay in registers; other N use the two-pass kernel.  8192-16384: 8 slots
 # (56-82 registers).  2048-4096 (2880, 3584, ...): 4 slots with the weight loaded beside the row,
 # against the two-pass kernel 0.85-0.93 -> 1.00-1.09 of a same-size copy (rms_norm 16384 x 3584
 # 1.12 -> 1.20x torch.compile), fused_add 0.88-0.99 -> 0.98-1.05 (docs/sweeps/r28n.py; sized for
 # 16384 columns it read 75% of copy at 3584 against the two-pass kernel's 87%).  bf16 only for now:
 # those cubins are byte for byte the sweep's, which passed its checks on the H200; fp16 keeps the
 # two-pass kernel until its cubins have run on a GPU.
-RESIDENT = ((2048, 4096, 128, 1, ("bfloat16",)), (8192, 16384, 256, 0, DTYPES))
+RESIDENT = (Resident(2048, 4096, 128, wpre=1, dtypes=("bfloat16",)), Resident(8192, 16384, 256))
+# dtypes whose rms_norm_backward gets the any-N kernel (`_any_n_backward`) for N outside HIDDEN:
+# none until it has run on a GPU (docs/sweeps/r29b.py); those N raise NoKernelError meanwhile.
+BWD_ANY_N: tuple = ()
 # Forward hidden sizes on the resident-row kernel (8 bf16 per 16-byte slot, 256 threads) with the
 # weight loaded with the row instead of after the row's reduction; the T.Parallel kernels (8-byte
 # accesses, the weight read after the barrier) measured 3-14% slower at 1024-4096 tokens and within
@@ -312,6 +334,15 @@ def _any_n_backward(dtype: str, threads: int):
     chunk = threads * vec
     dw_sum = _dw_sum(T, M, N, rows, dtype, guard=True)
 
+    @T.macro
+    def load(dy, x, weight, xs, gs, ws, row, col):     # one 16-byte slot of x, dy and the weight
+        for v in T.vectorized(vec):
+            xs[v] = x[row, col + v]
+        for v in T.vectorized(vec):
+            gs[v] = dy[row, col + v]
+        for v in T.vectorized(vec):
+            ws[v] = weight[col + v]
+
     @T.prim_func
     def rms_norm_backward(dy: T.Tensor((M, N), dtype), x: T.Tensor((M, N), dtype),
                           weight: T.Tensor((N,), dtype), dx: T.Tensor((M, N), dtype),
@@ -337,12 +368,7 @@ def _any_n_backward(dtype: str, threads: int):
                     acc[1] = T.float32(0)
                     for it in T.serial(T.ceildiv(N, chunk)):
                         if it * chunk + tx * vec < N:
-                            for v in T.vectorized(vec):
-                                xs[v] = x[row, it * chunk + tx * vec + v]
-                            for v in T.vectorized(vec):
-                                gs[v] = dy[row, it * chunk + tx * vec + v]
-                            for v in T.vectorized(vec):
-                                ws[v] = weight[it * chunk + tx * vec + v]
+                            load(dy, x, weight, xs, gs, ws, row, it * chunk + tx * vec)
                             for v in T.unroll(vec):
                                 acc[0] = acc[0] + T.cast(xs[v], f32) * T.cast(xs[v], f32)
                                 acc[1] = acc[1] + T.cast(gs[v], f32) * T.cast(ws[v], f32) * T.cast(xs[v], f32)
@@ -360,12 +386,7 @@ def _any_n_backward(dtype: str, threads: int):
                     c = r * r * r * tot[1] / T.cast(N, f32)
                     for it in T.serial(T.ceildiv(N, chunk)):
                         if it * chunk + tx * vec < N:
-                            for v in T.vectorized(vec):
-                                xs[v] = x[row, it * chunk + tx * vec + v]
-                            for v in T.vectorized(vec):
-                                gs[v] = dy[row, it * chunk + tx * vec + v]
-                            for v in T.vectorized(vec):
-                                ws[v] = weight[it * chunk + tx * vec + v]
+                            load(dy, x, weight, xs, gs, ws, row, it * chunk + tx * vec)
                             for v in T.unroll(vec):
                                 partial[blk, it * chunk + tx * vec + v] += T.cast(gs[v], f32) * T.cast(xs[v], f32) * r
                             for v in T.unroll(vec):
@@ -388,15 +409,22 @@ def _static(n: int, d: str, forward: bool) -> dict:
     return {"N": n, "dtype": d, "threads": _threads(n)}
 
 
-def _variants(any_n: bool = False):
+def _resident(r: Resident, d: str) -> dict:
+    extra = dict(wpre=r.wpre, lanes=r.lanes, rows=r.rows if r.rows > 1 else 0)
+    return {"N": 0, "dtype": d, "threads": r.threads, "max_n": r.hi, **{k: v for k, v in extra.items() if v}}
+
+
+def _variants(any_n: bool = False, backward: bool = False):
     """Static N per HIDDEN size; with any_n (the forward ops), then the N=0 kernels for every
-    other N % 8 == 0."""
+    other N % 8 == 0; the backward's N=0 kernel for the dtypes in BWD_ANY_N."""
     static = tuple(Variant(_static(n, d, any_n)) for n in HIDDEN for d in DTYPES)
+    if backward:
+        return static + tuple(Variant({"N": 0, "dtype": d, "threads": 256}, rule="N % 8 == 0", priority=-2)
+                              for d in BWD_ANY_N)
     if not any_n:
         return static
-    resident = tuple(Variant({"N": 0, "dtype": d, "threads": t, "max_n": hi, **({"wpre": 1} if wpre else {})},
-                             rule=f"N % 8 == 0 and N > {lo} and N <= {hi}", priority=-1)
-                     for lo, hi, t, wpre, dtypes in RESIDENT for d in dtypes)
+    resident = tuple(Variant(_resident(r, d), rule=f"N % 8 == 0 and N > {r.lo} and N <= {r.hi}", priority=-1)
+                     for r in RESIDENT for d in r.dtypes)
     return static + resident + tuple(Variant({"N": 0, "dtype": d, "threads": 256}, rule="N % 8 == 0", priority=-2)
                                      for d in DTYPES)
 
@@ -430,7 +458,7 @@ SPECS = (
                  Tensor("dx", ("M", "N"), dtype_of="dy", role="output"),
                  Tensor("dw", ("N",), dtype_of="dy", role="output"),
                  Tensor("partial", (f"(M + {BWD_ROWS - 1}) // {BWD_ROWS}", "N"), dtype="float32", role="scratch")),
-        scalars=(_EPS,), factory=rms_norm_backward_kernel, variants=_variants(),
+        scalars=(_EPS,), factory=rms_norm_backward_kernel, variants=_variants(backward=True),
         reference="tkreg.reference.norm:rms_norm_backward",
     ),
 )

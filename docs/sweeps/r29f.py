@@ -21,8 +21,8 @@ NS = (2056, 2880, 3584, 4088)
 def specs():
     from kernels_src import norm as Nm
     from tkreg.spec import OpSpec, Variant
-    lo, hi, threads, wpre, _ = Nm.RESIDENT[0]
-    v = Variant(dict(N=0, dtype="float16", threads=threads, max_n=hi, wpre=wpre), rule=f"N % 8 == 0 and N > {lo} and N <= {hi}")
+    r = Nm.RESIDENT[0]
+    v = Variant(Nm._resident(r, "float16"), rule=f"N % 8 == 0 and N > {r.lo} and N <= {r.hi}")
     out = []
     for name, short in (("tkreg.rms_norm", "sw.rn16"), ("tkreg.fused_add_rms_norm", "sw.fa16")):
         spec = next(s for s in Nm.SPECS if s.name == name)

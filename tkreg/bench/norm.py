@@ -20,42 +20,35 @@ def cases(quick, ceiling, progress):
         any_n = tkreg.explain("rms_norm", x, x[0]).chosen.startswith("N=0,")
         return f"{m}x{n} bf16" + (" (any-N kernel)" if any_n else "")
 
-    comp = compiled(reference.rms_norm)
-    for m, n in shapes:
-        nbytes = 2 * m * n * 2 + n * 2
-        sets = rotations(lambda: (torch.randn(m, n, dtype=torch.bfloat16, device="cuda"),
-                                  torch.randn(n, dtype=torch.bfloat16, device="cuda")), nbytes)
-        ours = gpu_ms(lambda x, w: tkreg.ops.rms_norm(x, w, 1e-6), sets)
-        peers = {"eager": gpu_ms(lambda x, w: F.rms_norm(x, (n,), w, 1e-6), sets)}
-        if comp is not None:
-            peers["torch.compile"] = gpu_ms(lambda x, w: comp(x, w, 1e-6), sets)
-        rows += bandwidth_rows("rms_norm", label(m, n), nbytes, ceiling, ours, peers)
-        progress()
-    comp_add = compiled(reference.fused_add_rms_norm)
-    for m, n in shapes[:2] + ([] if quick else [(16384, 3584)]):
-        # in place: x and residual read and written, weight read
-        nbytes = 4 * m * n * 2 + n * 2
-        sets = rotations(lambda: (torch.randn(m, n, dtype=torch.bfloat16, device="cuda"),
-                                  torch.randn(m, n, dtype=torch.bfloat16, device="cuda"),
-                                  torch.randn(n, dtype=torch.bfloat16, device="cuda")), nbytes)
-        ours = gpu_ms(lambda x, r, w: tkreg.ops.fused_add_rms_norm(x, r, w, 1e-6), sets)
-        peers = {"eager": gpu_ms(lambda x, r, w: reference.fused_add_rms_norm(x, r, w, 1e-6), sets)}
-        if comp_add is not None:
-            peers["torch.compile"] = gpu_ms(lambda x, r, w: comp_add(x, r, w, 1e-6), sets)
-        rows += bandwidth_rows("fused_add_rms_norm", label(m, n), nbytes, ceiling, ours, peers)
-        progress()
-    comp_bwd = compiled(reference.rms_norm_backward)
-    for m, n in [(16384, 4096)] + ([] if quick else [(16384, 7168)]):
-        nbytes = 3 * m * n * 2 + 2 * n * 2       # dy, x read, dx written; weight read, dw written
-        sets = rotations(lambda: (torch.randn(m, n, dtype=torch.bfloat16, device="cuda"),
-                                  torch.randn(m, n, dtype=torch.bfloat16, device="cuda"),
-                                  torch.randn(n, dtype=torch.bfloat16, device="cuda")), nbytes)
-        ours = gpu_ms(lambda dy, x, w: tkreg.ops.rms_norm_backward(dy, x, w, 1e-6), sets)
-        peers = {"eager": gpu_ms(lambda dy, x, w: reference.rms_norm_backward(dy, x, w, 1e-6), sets)}
-        if comp_bwd is not None:
-            peers["torch.compile"] = gpu_ms(lambda dy, x, w: comp_bwd(dy, x, w, 1e-6), sets)
-        rows += bandwidth_rows("rms_norm_backward", label(m, n), nbytes, ceiling, ours, peers)
-        progress()
+    def rnd(*shape):
+        return torch.randn(*shape, dtype=torch.bfloat16, device="cuda")
+
+    def big(op, cases_, nbytes_of, make, fn, eager, comp):
+        """rows of `op` at each (m, n) beside eager and `comp` (torch.compile of the reference, eps last)"""
+        out = []
+        for m, n in cases_:
+            nbytes = nbytes_of(m, n)
+            sets = rotations(lambda: make(m, n), nbytes)
+            ours = gpu_ms(fn, sets)
+            peers = {"eager": gpu_ms(eager(n), sets)}
+            if comp is not None:
+                peers["torch.compile"] = gpu_ms(lambda *a: comp(*a, 1e-6), sets)
+            out += bandwidth_rows(op, label(m, n), nbytes, ceiling, ours, peers)
+            progress()
+        return out
+
+    comp, comp_add = compiled(reference.rms_norm), compiled(reference.fused_add_rms_norm)
+    rows += big("rms_norm", shapes, lambda m, n: 2 * m * n * 2 + n * 2, lambda m, n: (rnd(m, n), rnd(n)),
+                lambda x, w: tkreg.ops.rms_norm(x, w, 1e-6), lambda n: lambda x, w: F.rms_norm(x, (n,), w, 1e-6),
+                comp)
+    # in place: x and residual read and written, weight read
+    rows += big("fused_add_rms_norm", shapes[:2] + ([] if quick else [(16384, 3584)]), lambda m, n: 4 * m * n * 2 + n * 2,
+                lambda m, n: (rnd(m, n), rnd(m, n), rnd(n)), lambda x, r, w: tkreg.ops.fused_add_rms_norm(x, r, w, 1e-6),
+                lambda n: lambda x, r, w: reference.fused_add_rms_norm(x, r, w, 1e-6), comp_add)
+    # dy, x read, dx written; weight read, dw written
+    rows += big("rms_norm_backward", [(16384, 4096)] + ([] if quick else [(16384, 7168)]), lambda m, n: 3 * m * n * 2 + 2 * n * 2,
+                lambda m, n: (rnd(m, n), rnd(m, n), rnd(n)), lambda dy, x, w: tkreg.ops.rms_norm_backward(dy, x, w, 1e-6),
+                lambda n: lambda dy, x, w: reference.rms_norm_backward(dy, x, w, 1e-6), compiled(reference.rms_norm_backward))
     # mid sizes (prefill chunks): queued GPU time beside a device copy of the same bytes
     bf16 = torch.bfloat16
     for m, n in mid_shapes(quick):

@@ -38,8 +38,8 @@ class Resident(NamedTuple):
     rows: int = 1
 
 
-# Any-N kernels: rows of lo < N <= hi (`Resident`) stay in registers; other N use the two-pass kernel.  8192-16384: 8 slots
-# (56-82 registers).  2048-4096 (2880, 3584, ...): 4 slots with the weight loaded beside the row,
+# Any-N kernels: rows of lo < N <= hi (`Resident`) stay in registers; other N use the two-pass
+# kernel.  8192-16384: 8 slots (56-82 registers).  2048-4096 (2880, 3584, ...): 4 slots with the weight loaded beside the row,
 # against the two-pass kernel 0.85-0.93 -> 1.00-1.09 of a same-size copy (rms_norm 16384 x 3584
 # 1.12 -> 1.20x torch.compile), fused_add 0.88-0.99 -> 0.98-1.05 (docs/sweeps/r28n.py; sized for
 # 16384 columns it read 75% of copy at 3584 against the two-pass kernel's 87%).  bf16 only for now:
@@ -72,7 +72,8 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, unroll:
     max_n > 0: the row stays in registers (max_n / (lanes * 8) 16-byte slots per thread), read
     once.  max_n == 0: any N, two passes (sum of squares, then re-read and write).  wpre: the
     weight slices load with the row, before the reduction's barrier (resident rows only).  rows:
-    resident rows a CTA (every row's loads first, one barrier for all their sums).  lanes < threads
+    resident rows a thread (every row's loads first, one barrier for all their sums; a CTA holds
+    rows * threads / lanes rows).  lanes < threads
     (resident rows, lanes a power of two <= 32): `lanes` threads a row, threads / lanes rows side
     by side, each row's sum reduced by shuffles within its lane group, no barrier (head-dim rows).
     """

@@ -209,8 +209,6 @@ def markdown(res: dict, jit: dict | None = None) -> str:
         out += ["Rows by run (same GPU kind; each family's rows come from one run):\n"] + [
             f"- {', '.join(r['families'])}: {r['date']}, `{r['command']}`" + (f" ({r['note']})" if r.get("note") else "")
             for r in res["runs"] if r["families"]] + [""]
-        if not res["runs"][0]["families"]:
-            out += ["The last run timed the host cost and the cold start only; every table row below comes from the runs listed.\n"]
     out += ["| op | case | impl | time (ms) | rate | % of copy BW | vs peers |", "|---|---|---|---:|---:|---:|---|"]
     for r in res["rows"]:
         rate = f"{r['metric']:.0f} {r['unit']}" if r["unit"] else ""

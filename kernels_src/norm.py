@@ -259,8 +259,12 @@ def fused_add_rms_norm_kernel(N: int, dtype: str, threads: int = 128, max_n: int
     return fused_add_rms_norm
 
 
-def _dw_sum(T, M, N, rows, dtype, guard: bool):
-    """The backward's second kernel: one thread a column sums the CTAs' partial dw rows."""
+def _backward_func(T, M, N, dtype, row_blocks, guard: bool):
+    """rms_norm_backward's signature around its two kernels: `row_blocks(dy, x, weight, dx, partial,
+    eps)`, the first (dx and a partial dw row a CTA), then one thread a column summing the partial
+    rows (`guard`: columns past a symbolic N)."""
+    rows = BWD_ROWS
+
     @T.macro
     def dw_sum(partial, dw):
         with T.Kernel(T.ceildiv(N, 128), threads=128) as bn:
@@ -271,7 +275,16 @@ def _dw_sum(T, M, N, rows, dtype, guard: bool):
                 for b in T.serial(T.ceildiv(M, rows)):
                     s[0] += partial[b, bn * 128 + tx]
                 dw[bn * 128 + tx] = T.cast(s[0], dtype)
-    return dw_sum
+
+    @T.prim_func
+    def rms_norm_backward(dy: T.Tensor((M, N), dtype), x: T.Tensor((M, N), dtype),
+                          weight: T.Tensor((N,), dtype), dx: T.Tensor((M, N), dtype),
+                          dw: T.Tensor((N,), dtype), partial: T.Tensor((T.ceildiv(M, rows), N), "float32"),
+                          eps: T.float32):
+        row_blocks(dy, x, weight, dx, partial, eps)
+        dw_sum(partial, dw)
+
+    return rms_norm_backward
 
 
 def rms_norm_backward_kernel(N: int, dtype: str, threads: int = 128):
@@ -286,13 +299,8 @@ def rms_norm_backward_kernel(N: int, dtype: str, threads: int = 128):
         return _any_n_backward(dtype, threads)
     M = T.dynamic("M")
     rows = BWD_ROWS
-    dw_sum = _dw_sum(T, M, N, rows, dtype, guard=False)
-
-    @T.prim_func
-    def rms_norm_backward(dy: T.Tensor((M, N), dtype), x: T.Tensor((M, N), dtype),
-                          weight: T.Tensor((N,), dtype), dx: T.Tensor((M, N), dtype),
-                          dw: T.Tensor((N,), dtype), partial: T.Tensor((T.ceildiv(M, rows), N), "float32"),
-                          eps: T.float32):
+    @T.macro
+    def row_blocks(dy, x, weight, dx, partial, eps):
         with T.Kernel(T.ceildiv(M, rows), threads=threads) as blk:
             acc = T.alloc_fragment((N,), "float32")
             xf = T.alloc_fragment((N,), "float32")
@@ -318,9 +326,8 @@ def rms_norm_backward_kernel(N: int, dtype: str, threads: int = 128):
                         acc[j] += T.cast(dy[row, j], "float32") * xf[j] * r
             for j in T.Parallel(N):
                 partial[blk, j] = acc[j]
-        dw_sum(partial, dw)
 
-    return rms_norm_backward
+    return _backward_func(T, M, N, dtype, row_blocks, guard=False)
 
 
 def _any_n_backward(dtype: str, threads: int):
@@ -333,8 +340,6 @@ def _any_n_backward(dtype: str, threads: int):
     M, N = T.dynamic("M"), T.dynamic("N")
     vec, warps, f32, rows = 8, threads // 32, "float32", BWD_ROWS
     chunk = threads * vec
-    dw_sum = _dw_sum(T, M, N, rows, dtype, guard=True)
-
     @T.macro
     def load(dy, x, weight, xs, gs, ws, row, col):     # one 16-byte slot of x, dy and the weight
         for v in T.vectorized(vec):
@@ -344,11 +349,8 @@ def _any_n_backward(dtype: str, threads: int):
         for v in T.vectorized(vec):
             ws[v] = weight[col + v]
 
-    @T.prim_func
-    def rms_norm_backward(dy: T.Tensor((M, N), dtype), x: T.Tensor((M, N), dtype),
-                          weight: T.Tensor((N,), dtype), dx: T.Tensor((M, N), dtype),
-                          dw: T.Tensor((N,), dtype), partial: T.Tensor((T.ceildiv(M, rows), N), "float32"),
-                          eps: T.float32):
+    @T.macro
+    def row_blocks(dy, x, weight, dx, partial, eps):
         with T.Kernel(T.ceildiv(M, rows), threads=threads) as blk:
             T.assume(N % vec == 0)
             tx = T.get_thread_binding()
@@ -394,9 +396,8 @@ def _any_n_backward(dtype: str, threads: int):
                                 xs[v] = T.cast(r * (T.cast(gs[v], f32) * T.cast(ws[v], f32)) - c * T.cast(xs[v], f32), dtype)
                             for v in T.vectorized(vec):
                                 dx[row, it * chunk + tx * vec + v] = xs[v]
-        dw_sum(partial, dw)
 
-    return rms_norm_backward
+    return _backward_func(T, M, N, dtype, row_blocks, guard=True)
 
 
 def _static(n: int, d: str, forward: bool) -> dict:

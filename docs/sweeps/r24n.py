@@ -40,14 +40,9 @@ NCFG = 5
 SHAPES = tuple((m, n) for m in (1024, 2048, 3000, 4096) for n in NS) + ((16384, 4096),)
 
 
-def specs():
-    from sweep_check import norm_specs   # a sibling module (this folder is on sys.path)
-    return norm_specs(_cfg, NCFG, NS)
+from sweep_check import norm_sweep   # noqa: E402  (a sibling module: this folder is on sys.path)
 
-
-def run(out: str):
-    from sweep_check import norm_run
-    norm_run(NCFG, NS, SHAPES, out)
+specs, run = norm_sweep(_cfg, NCFG, NS, SHAPES)
 
 
 if __name__ == "__main__":

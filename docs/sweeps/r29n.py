@@ -37,14 +37,9 @@ def _cfg(i, n):
 SHAPES = ((1 << 20, 64), (1 << 20, 128), (1 << 22, 128), (1 << 20, 256))
 
 
-def specs():
-    from sweep_check import norm_specs   # a sibling module (this folder is on sys.path)
-    return norm_specs(_cfg, NCFG, NS)
+from sweep_check import norm_sweep   # noqa: E402  (a sibling module: this folder is on sys.path)
 
-
-def run(out: str):
-    from sweep_check import norm_run
-    norm_run(NCFG, NS, SHAPES, out)
+specs, run = norm_sweep(_cfg, NCFG, NS, SHAPES)
 
 
 if __name__ == "__main__":

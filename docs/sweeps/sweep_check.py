@@ -130,6 +130,12 @@ def norm_specs(cfg, ncfg: int, ns) -> tuple:
     return tuple(out)
 
 
+def norm_sweep(cfg, ncfg: int, ns, shapes) -> tuple:
+    """(specs, run) of a norm sweep module (r23n.py, r24n.py, r28n.py, r29n.py): its cfg(i, n),
+    cfg count, hidden sizes and timed shapes are all that differ."""
+    return (lambda: norm_specs(cfg, ncfg, ns)), (lambda out: norm_run(ncfg, ns, shapes, out))
+
+
 def norm_run(ncfg: int, ns, shapes, out: str):
     """Every cfg against the torch references (max |diff| in output ulps; the fused residual must be
     exact) on odd M and M = 0, then timed in turn beside torch.compile and a same-size copy."""

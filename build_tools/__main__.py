@@ -1,6 +1,7 @@
 """`python -m build_tools build --out DIR [--arch A ...] [--only OP ...] [--src S] [-j N]`.
 
 `python -m build_tools jit-time` times what tilelang's JIT would pay per kernel.
+`python -m build_tools compare OLD NEW [--renames FILE]` compares two builds' cubins variant by variant.
 `python -m build_tools cmake-dir` prints the folder holding TkregPack.cmake (`tkreg_add_pack`),
 for a plugin's CMakeLists.txt.  `python -m build_tools new-plugin NAME` writes a plugin package.
 """
@@ -40,6 +41,11 @@ def main(argv=None) -> int:
     j.add_argument("--src", default="kernels_src")
     j.add_argument("--only", action="append", default=[])
     j.add_argument("--arch", default="sm_90a")
+    c = sub.add_parser("compare", help="compare two builds' cubins by (arch, op, variant key): sha256 each")
+    c.add_argument("old", type=Path, help="pack folder or tkreg wheel")
+    c.add_argument("new", type=Path, help="pack folder or tkreg wheel")
+    c.add_argument("--renames", type=Path, default=None, help="JSON {op: {old key: new key}} of renamed variant keys")
+    c.add_argument("--allow-removed", action="store_true", help="variants of OLD missing from NEW do not fail")
     args = ap.parse_args(argv)
     if args.cmd == "cmake-dir":
         print(Path(__file__).resolve().parent / "cmake")
@@ -51,6 +57,9 @@ def main(argv=None) -> int:
         except (ValueError, FileExistsError) as e:
             print(f"build_tools: error: {e}", file=sys.stderr)
             return 1
+    if args.cmd == "compare":
+        from .compare_packs import main as compare_main
+        return compare_main(args)
     if args.cmd == "jit-time":
         from .jit_time import main as jit_main
         return jit_main(args)

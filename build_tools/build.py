@@ -21,7 +21,7 @@ from pathlib import Path
 from tkreg import manifest
 from tkreg.elf import sm_of_arch
 from tkreg.errors import SpecError
-from tkreg.plan import Plan
+from tkreg.launch_plan import Plan
 from tkreg.spec import OpSpec, Variant
 
 from . import cache as cache_mod
@@ -60,7 +60,7 @@ def _compile_job(job: Job, cache_root: str):
     """Worker: lower + extract plan + nvcc + ELF check; returns None or (job label, message)."""
     try:
         from . import compile as comp
-        from . import plan as plan_mod
+        from . import extract_plan as plan_mod
         spec = next(s for s in sources.specs_of(job.ref) if s.name == job.op)
         variant = next(v for v in spec.variants if v.key == job.variant)
         func = spec.factory(**factory_kwargs(spec.factory, variant, job.arch))
@@ -101,7 +101,7 @@ def _precheck(planned: list, misses: set) -> dict:
     lowering, no nvcc) to read its tensors' dtypes, so a broken factory, a dtype the spec declares
     that no variant compiles, or unnamed shared buffers fail in seconds rather than after every
     compile."""
-    from .plan import check_shared_names, kernel_dtypes
+    from .extract_plan import check_shared_names, kernel_dtypes
     failures, seen = [], {}
     for spec, variant, job in planned:
         if job.key in misses:

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-_TOOL_FILES = ("compile.py", "plan.py", "tir_expr.py")
+_TOOL_FILES = ("compile.py", "extract_plan.py", "tir_expr.py")
 
 
 def default_dir() -> Path:
@@ -34,9 +34,9 @@ def _tool_hash() -> str:
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
     import tkreg.expr
-    import tkreg.plan
+    import tkreg.launch_plan
     import tkreg.spec
-    for f in [here / n for n in _TOOL_FILES] + [Path(m.__file__) for m in (tkreg.expr, tkreg.spec, tkreg.plan)]:
+    for f in [here / n for n in _TOOL_FILES] + [Path(m.__file__) for m in (tkreg.expr, tkreg.spec, tkreg.launch_plan)]:
         h.update(f.read_bytes())
     return h.hexdigest()
 

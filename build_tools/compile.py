@@ -90,7 +90,7 @@ _WS_USE = re.compile(r"tl::AllReduce<tl::\w+, ([^;]*?)>::run\([^;]*?\(\(\(float\
 
 def canonical_source(source: str) -> str:
     """tilelang hands its allreduce workspaces (equal shared-memory slots) to the reductions in
-    an order that varies between processes, so two clean builds of one kernel differed (issue #12).
+    an order that varies between processes, so two clean builds of one kernel could differ.
     When every use of every workspace is an `AllReduce` with the same thread/barrier arguments
     (hence the same slot size), give the slots out in order of first use: the kernel computes the
     same thing and its bytes no longer depend on the build.  Any other source is left as it is."""

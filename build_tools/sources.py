@@ -1,8 +1,9 @@
-"""Find the OpSpecs to build: a module name, a .py file, or a folder of them.
+"""Find the OpSpecs to build: a module or package name, a .py file, or a folder of them.
 
-Each module lists its ops in `SPECS` (a sequence of OpSpec) or a `specs()` function.  A module
-is referred to by a picklable `SourceRef`, so compile workers can import it again.  Its
-`source_hash` (part of every compile-cache key) covers the module and the local modules it
+A source lists its ops in `SPECS` (a sequence of OpSpec) or a `specs()` function: a module, or a
+family package whose `__init__` gathers its modules' specs (`kernels_src/norm/`).  A source is
+referred to by a picklable `SourceRef`, so compile workers can import it again.  Its
+`source_hash` (part of every compile-cache key) covers the source and the local modules it
 imports, so editing an imported kernel module rebuilds the variants that use it.
 """
 from __future__ import annotations
@@ -45,35 +46,44 @@ class SourceRef:
 
     def source_hash(self) -> str:
         """sha256 over this module's bytes and those of every local module it imports, directly
-        or not (the file's imports resolve as they do once it is loaded: sibling modules a sweep
-        puts on sys.path, relative imports inside a package)."""
+        or not (imports resolve as they do once the source is loaded: modules on sys.path,
+        relative imports inside a package)."""
         root = self.path()
         h = hashlib.sha256(root.read_bytes())   # a module importing nothing local: its bytes' hash
-        package = self.name.rpartition(".")[0] if self.kind == "module" else None
+        package = None
+        if self.kind == "module":   # what a relative import in it is relative to
+            package = self.name if root.name == "__init__.py" else self.name.rpartition(".")[0]
         for name, path in local_imports(root, package)[1:]:
             h.update(b"\0" + name.encode() + b"\0" + path.read_bytes())
         return h.hexdigest()
 
 
 def _outside() -> tuple:
-    """Folders whose modules never count as a source's own: the interpreter's and installed
-    packages' (their versions are the toolchain's business), tkreg's and build_tools' own."""
+    """(folders whose modules never count as a source's own, folders inside those that do): the
+    interpreter's and installed packages' (their versions are the toolchain's business), tkreg's
+    and build_tools' own (the compile cache's tool hash covers those that shape a cubin); but
+    tkreg/reference/ counts, for kernels take the formats' constants from it."""
     import tkreg
     paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return tuple(Path(p).resolve() for p in paths | {Path(tkreg.__file__).parent, Path(__file__).parent})
+    here = Path(tkreg.__file__).resolve().parent
+    return (tuple(Path(p).resolve() for p in paths | {here, Path(__file__).parent}), (here / "reference",))
 
 
 def _local_spec(name: str, outside: tuple):
     """The spec of module `name` when it is a local .py file, else None; never imports a
     package outside the source's own tree (finding `a.b` imports `a`, so `a` is looked at first)."""
+    out, inside = outside
+
     def local(spec):
         if spec is None or not spec.origin or not spec.origin.endswith(".py"):
             return False
         f = Path(spec.origin).resolve()
-        return not any(f.is_relative_to(p) for p in outside)
+        return any(f.is_relative_to(p) for p in inside) or not any(f.is_relative_to(p) for p in out)
+    def holds_local(spec):   # a package not local itself with a local folder inside (tkreg)
+        return bool(spec and spec.origin) and any(p.is_relative_to(Path(spec.origin).resolve().parent) for p in inside)
     try:
         spec = importlib.util.find_spec(name.partition(".")[0])
-        if local(spec) and "." in name:
+        if "." in name and (local(spec) or holds_local(spec)):
             spec = importlib.util.find_spec(name)
     except Exception:  # noqa: BLE001 - a name that is no module (`from m import function`), or a broken package
         return None
@@ -124,8 +134,13 @@ def _package_name(folder: Path) -> str:
     return ".".join(parts)
 
 
+def _has_specs(module) -> bool:
+    return callable(getattr(module, "specs", None)) or hasattr(module, "SPECS")
+
+
 def resolve(src: str) -> list[SourceRef]:
-    """`kernels_src` (package: every submodule), `kernels_src.norm`, `x/y.py` or `x/dir/`."""
+    """`kernels_src` (a package without specs of its own: each public submodule or subpackage),
+    `kernels_src.norm` (a package or module with specs: itself), `x/y.py` or `x/dir/`."""
     p = Path(src)
     if p.suffix == ".py" and p.is_file():
         return [SourceRef("file", str(p.resolve()))]
@@ -138,8 +153,10 @@ def resolve(src: str) -> list[SourceRef]:
         spec = None
     if spec is None:
         raise SpecError(f"--src {src!r}: no such module, .py file or folder")
-    if spec.submodule_search_locations:  # a package: its public submodules
+    if spec.submodule_search_locations:  # a package: itself if it lists specs, else its public submodules
         mod = importlib.import_module(name)
+        if _has_specs(mod):
+            return [SourceRef("module", name)]
         return [SourceRef("module", f"{name}.{m.name}") for m in
                 sorted(pkgutil.iter_modules(mod.__path__), key=lambda m: m.name)
                 if not m.name.startswith("_")]

@@ -60,7 +60,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True, scope="session")
 def _test_device():
     """TKREG_TEST_DEVICE=1 makes cuda:1 the current device for the whole session, so every "cuda"
-    tensor of the GPU tests lands there (issue #19's second-device run of the suite)."""
+    tensor of the GPU tests lands there (the suite's second-device run)."""
     index = os.environ.get("TKREG_TEST_DEVICE")
     if index and HAS_GPU:
         import torch
@@ -89,7 +89,7 @@ def c_eval():
     from tkreg import assemble
     from tkreg.codes import REJECTS
     from tkreg.native import launcher
-    from tkreg.plan import Constraint, Launch, Plan
+    from tkreg.launch_plan import Constraint, Launch, Plan
     from tkreg.spec import OpSpec, Scalar, Tensor
     spec = OpSpec("t.eval", (Tensor("x", ("L",), dtypes=("int8",)),),
                   tuple(Scalar(n, "int64", 0) for n in ("M", "N", "K")))

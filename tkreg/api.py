@@ -52,7 +52,11 @@ def explain(name: str, *args, arch: str | None = None, sm_count: int | None = No
 
 
 def register_pack(path):
-    """Load a pack folder (holding <arch>/manifest.json) that no installed package provides."""
+    """Load a pack folder (holding <arch>/manifest.json) that no installed package provides.
+
+    Returns its `PackSource`; a pack that fails the checks a pack gets when it loads (manifest,
+    schema, specs, plans, each cubin's sha256 and ELF arch) raises PackError naming the pack and
+    the reason, and nothing of it is added."""
     return RUNTIME.register_pack(path)
 
 

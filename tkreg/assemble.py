@@ -17,7 +17,7 @@ from array import array
 from . import codes, expr
 from .codes import struct
 from .errors import PackError, SpecError
-from .plan import Plan
+from .launch_plan import Plan
 from .spec import OpSpec
 
 

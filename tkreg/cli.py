@@ -89,6 +89,10 @@ def _doctor(args) -> int:
     print("environment: " + (", ".join(f"{k}={v}" for k, v in switches.items()) or "no TKREG_* switch set"))
     for k, v in env.SWITCHES.items():
         print(f"  {k}: {v}")
+    keys = {n: [v.key for v in e.spec.variants] for n, e in reg.entries.items()}
+    for entry in env.unmatched_skip_entries(keys):
+        print(f"  ! TKREG_SKIP_VARIANTS entry {entry!r} matches no variant of any op: `tkreg list` shows the keys "
+              "(renamed keys: docs/key-renames.json)")
     return 0
 
 

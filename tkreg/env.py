@@ -55,11 +55,25 @@ def skip_variants() -> str:
     return os.environ.get("TKREG_SKIP_VARIANTS", "").strip()
 
 
+def _skip_entries() -> list:
+    """[(entry text, op scope or "", {name=value pairs})] of TKREG_SKIP_VARIANTS."""
+    out = []
+    for entry in skip_variants().split(";"):
+        scope, _, want = entry.strip().rpartition(":")
+        if want:
+            out.append((entry.strip(), scope, set(want.split(","))))
+    return out
+
+
 def skipped_variant(op: str, key: str) -> bool:
     """Whether TKREG_SKIP_VARIANTS names this variant (`key`: its `name=value,...` key)."""
     pairs = set(key.split(","))
-    for entry in skip_variants().split(";"):
-        scope, _, want = entry.strip().rpartition(":")
-        if want and (not scope or scope == op) and set(want.split(",")) <= pairs:
-            return True
-    return False
+    return any((not scope or scope == op) and want <= pairs for _, scope, want in _skip_entries())
+
+
+def unmatched_skip_entries(keys_by_op: dict) -> list[str]:
+    """The TKREG_SKIP_VARIANTS entries that name no variant of any op ({op: [variant keys]}): a typo,
+    or a key written before the keys were spelled out in words (docs/key-renames.json)."""
+    return [text for text, scope, want in _skip_entries()
+            if not any((not scope or scope == op) and want <= set(k.split(","))
+                       for op, keys in keys_by_op.items() for k in keys)]

@@ -13,10 +13,13 @@ class SpecError(TkregError, ValueError):
 
 
 class PackError(TkregError):
-    """A kernel pack cannot be used: missing or corrupt manifest or cubin, schema too new."""
+    """A kernel pack cannot be used: missing or corrupt manifest or cubin, schema too new.
+
+    `pack` is the pack's folder where the error is about a whole pack (`tkreg.register_pack`
+    refusing one); the message names it too."""
 
     def __init__(self, msg: str, pack: str | None = None):
-        super().__init__(f"{msg}" + (f" [pack: {pack}]" if pack else ""))
+        super().__init__(msg)
         self.pack = pack
 
 

@@ -10,7 +10,7 @@
                    "sha256": "<hex>", "source_hash": "<hex>", "plan": <Plan.to_json()>}]}}}
 ```
 Each record's `key` names one of the spec's variants (its rule and priority live there); its
-`plan` is tkreg/plan.py's `Plan`: the tensors the kernels take and their dtypes, constraints,
+`plan` is tkreg/launch_plan.py's `Plan`: the tensors the kernels take and their dtypes, constraints,
 kernels in launch order with their parameters, grid / block / shared memory programs, cluster /
 cooperative / PDL flags and every TMA descriptor's encode arguments.  Cubin file names derive
 from a digest of the key.  Programs are postfix lists (tkreg/expr.py); codes are tkreg/codes.py's.
@@ -31,7 +31,7 @@ from typing import Mapping
 
 from .elf import check_cubin
 from .errors import PackError
-from .plan import Plan
+from .launch_plan import Plan
 from .record import RECORD, Fields
 from .spec import OpSpec
 

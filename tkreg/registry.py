@@ -12,17 +12,20 @@ Who gets an op's plain name (`ns.op`), pack by pack in load order:
 - plugin ops may not take a plain name in the built-ins' `tkreg` namespace (only extend one).
 Every op of a plugin is also reachable as `<entry-point name>:<op>` with that plugin's variants
 only, whatever happened to the plain name.  A pack other than the built-in one is checked whole
-when it loads (specs, plans, cubins); a broken one is skipped with one warning, and per-op
-conflicts never drop its other ops.
+when it loads (specs, plans, cubins), and per-op conflicts never drop its other ops.  A broken
+pack is refused whole: `register_pack` raises PackError with the reason and changes nothing; a
+TKREG_PACKS or plugin pack (found, not asked for by a call) is skipped with one warning, and a
+call to an op its manifests list names that pack and the reason in its NoKernelError.
 
 When torch has already initialised CUDA, only the built-in manifests of the visible GPUs' archs
-are read at first; the others (~460 KB of JSON each, half the load time) are read by
-`complete()`, which everything needing every arch calls (listing, doctor, verify, registering
-every torch op, a lookup miss, a device or `explain(arch=)` of an unread arch, a later pack
-naming a `tkreg.*` op not read yet).  The end state is that of a full load.
+are read at first; the others (their JSON is half the load time) are read by `complete()`, which
+everything needing every arch calls (listing, doctor, verify, registering every torch op, a lookup
+miss, a device or `explain(arch=)` of an unread arch, a later pack naming a `tkreg.*` op not read
+yet).  The end state is that of a full load.
 """
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -62,6 +65,7 @@ class PackSource:
         self.name, self.path, self.state = name, path, "loaded"
         self.archs: list = []
         self.ops: list = []        # plain op names this pack owns or extends
+        self.held: list = []       # skipped: the op names its readable manifests list
         self.plugin = plugin       # entry-point name, for plugin packs
         self.dist = dist           # "tkreg-example 0.1.0", for plugin packs
         self.notes: list = []      # conflicts, one line each
@@ -163,6 +167,7 @@ class Registry:
         self.entries: dict[str, OpEntry] = {}      # plain names: `ns.op`
         self.qualified: dict[str, OpEntry] = {}    # `plugin:ns.op` -> that plugin's own variants
         self._extra: list[Path] = []
+        self._refused: PackError | None = None     # register_pack's pack, refused by the first load
         self._deferred: tuple | None = None        # (built-in PackSource, arch dirs not read yet)
 
     # ---- loading ------------------------------------------------------------------------
@@ -217,7 +222,10 @@ class Registry:
         for p in env.extra_packs():
             self._add_pack(Path(p), f"TKREG_PACKS:{p}")
         for p in self._extra:
-            self._add_pack(p, f"register_pack:{p}")
+            try:
+                self._add_pack(p, f"register_pack:{p}", refuse=True)
+            except PackError as e:   # raised by register_pack once everything else has loaded
+                self._refused = e
         from . import plugins
         for p in plugins.discover():
             if p.error:
@@ -227,6 +235,7 @@ class Registry:
 
     def _skip(self, src: PackSource, why: str):
         src.state = f"skipped: {why}"
+        src.held = _listed_ops(src.path) if src.path else []
         self.sources.append(src)
         warnings.warn(f"tkreg: {src.label}: skipped: {why}", RuntimeWarning, stacklevel=4)
 
@@ -236,23 +245,32 @@ class Registry:
         warnings.warn(f"tkreg: {msg}", RuntimeWarning, stacklevel=5)
 
     def _add_pack(self, path: Path, name: str, builtin=False, plugin: str | None = None,
-                  dist: str | None = None):
+                  dist: str | None = None, refuse=False):
+        """Load one pack; a broken one is skipped with a warning, or with `refuse` (the
+        register_pack caller is there to be told) raises PackError and records nothing."""
         src = PackSource(name, Path(path), plugin=plugin, dist=dist)
         dirs = manifest.arch_dirs(path)
-        if not dirs:
-            if builtin:  # a source checkout or a wheel built with TKREG_BUILD_PACKS=OFF
-                src.state = "absent (wheel built without packs)"
-                self.sources.append(src)
-                return
-            return self._skip(src, f"no <arch>/{manifest.FILENAME} under {path}")
+        if not dirs and builtin:  # a source checkout or a wheel built with TKREG_BUILD_PACKS=OFF
+            src.state = "absent (wheel built without packs)"
+            self.sources.append(src)
+            return
         local = visible_archs() if builtin else None
         later = [d for d in dirs if d.name not in local] if local and local & {d.name for d in dirs} else []
+        cause = None
         try:
+            if not dirs:
+                raise PackError(f"no <arch>/{manifest.FILENAME} under {path}")
             staged = self._read_pack([d for d in dirs if d not in later], name, check=not builtin)
         except PackError as e:
-            return self._skip(src, str(e))
+            why = str(e)
         except Exception as e:  # noqa: BLE001 - whatever is wrong with a pack skips it, not tkreg
-            return self._skip(src, f"unreadable pack ({type(e).__name__}: {e})")
+            why, cause = f"unreadable pack ({type(e).__name__}: {e})", e
+        else:
+            why = None
+        if why is not None:
+            if refuse:
+                raise PackError(f"pack {path} refused: {why}", pack=str(path)) from cause
+            return self._skip(src, why)
         if self._deferred and any(n.split(".", 1)[0] == BUILTIN_NAMESPACE and n not in self.entries for n in staged):
             self._load_deferred()   # it may extend (or clash with) a built-in op not read yet
         src.archs = sorted({a for e, _ in staged.values() for a in e.sources})
@@ -317,15 +335,20 @@ class Registry:
                    f"extends=True, so {cur.owner}'s stays{own}")
 
     def register_pack(self, path) -> PackSource:
-        """Add a pack folder (holding <arch>/manifest.json) copied onto this machine."""
+        """Add a pack folder (holding <arch>/manifest.json) copied onto this machine.  A pack
+        that fails the load-time checks raises PackError naming the pack and the reason, and
+        leaves the registry as it was (the other packs still load on a first call)."""
         path = Path(path)
         with self._lock:
             if not self._loaded:
-                self._extra.append(path)
+                self._extra.append(path)   # loaded in its place: after TKREG_PACKS, before plugins
                 self.ensure()
+                refused, self._refused = self._refused, None
+                if refused is not None:
+                    raise refused
                 return next(s for s in reversed(self.sources) if s.path == path)
             n = len(self.sources)
-            self._add_pack(path, f"register_pack:{path}")
+            self._add_pack(path, f"register_pack:{path}", refuse=True)
             return self.sources[n]
 
     # ---- lookup ---------------------------------------------------------------------------
@@ -339,9 +362,38 @@ class Registry:
         if e is None and self._deferred:   # the op may be in a built-in arch not read yet
             return self.complete().entry(name)
         if e is None:
-            known = ", ".join(sorted(self.entries) + sorted(self.qualified)) \
-                or "none (no pack loaded: see `tkreg doctor`)"
-            skipped = [s.label + ": " + s.state for s in self.sources if s.state.startswith("skipped")]
-            hint = ("\nSkipped packs (one may have held it):\n  " + "\n  ".join(skipped)) if skipped else ""
-            raise NoKernelError(f"unknown op {name!r}; registered ops: {known}{hint}")
+            raise NoKernelError(self._unknown(name))
         return e
+
+    def _unknown(self, name: str) -> str:
+        """Why `name` is not registered: the skipped packs that list it (or the skipped plugin
+        it qualifies) and their reasons first; else every registered op and every skipped pack."""
+        skipped = [s for s in self.sources if s.state.startswith("skipped")]
+        if ":" in name:   # `plugin:ns.op`: that plugin, whatever its manifests list
+            held = [s for s in skipped if s.plugin == name.partition(":")[0]]
+        else:
+            held = [s for s in skipped if {name, f"{BUILTIN_NAMESPACE}.{name}"} & set(s.held)]
+        if held:
+            return (f"op {name!r} is in a pack tkreg skipped:\n  "
+                    + "\n  ".join(f"{s.label}: {s.state}" + (f" [{s.path}]" if s.path and str(s.path) not in s.label
+                                                              else "") for s in held)
+                    + "\n(`tkreg doctor` lists every pack; `tkreg verify` checks them)")
+        known = ", ".join(sorted(self.entries) + sorted(self.qualified)) \
+            or "none (no pack loaded: see `tkreg doctor`)"
+        hint = ("\nSkipped packs (one may have held it):\n  "
+                + "\n  ".join(f"{s.label}: {s.state}" for s in skipped)) if skipped else ""
+        return f"unknown op {name!r}; registered ops: {known}{hint}"
+
+
+def _listed_ops(path: Path) -> list[str]:
+    """The op names a skipped pack's manifests list, from whichever of them parse as JSON, so
+    that a call to one of its ops can say why it is missing."""
+    names: set = set()
+    for d in manifest.arch_dirs(path):
+        try:
+            ops = json.loads((d / manifest.FILENAME).read_text()).get("ops")
+        except Exception:  # noqa: BLE001 - an unreadable manifest lists nothing
+            continue
+        if isinstance(ops, dict):
+            names.update(n for n in ops if isinstance(n, str))
+    return sorted(names)

@@ -17,11 +17,11 @@ Names an expression (a shape, a stride, a rule) may use:
 from __future__ import annotations
 
 import importlib
-import json
 import re
 from typing import Any, Callable, Mapping
 
 from . import expr as _expr
+from . import variant_key
 from .codes import DEVICE_SYMBOLS, DTYPES as _DTYPE_CODES
 from .codes import ROLES as _ROLE_CODES
 from .codes import TYPES as _TYPE_CODES
@@ -151,43 +151,6 @@ class Scalar(Fields):
         return cls(d["name"], d["type"], d.get("default"))
 
 
-# ---- variant keys: `name=value` items, sorted, comma-joined; every value type round-trips ----
-_BARE = r"[A-Za-z_][A-Za-z0-9_.\-]*"
-_INT = r"-?[0-9]+"
-_FLOAT = r"-?(?:[0-9]+\.[0-9]*(?:e[+-]?[0-9]+)?|[0-9]+e[+-]?[0-9]+)"
-_ITEM = r'([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|[^,"]*)(?:,|$)'
-
-
-def _fmt(v) -> str:
-    """int `12`, float `0.5`, bool `true`, str bare (`bfloat16`) or JSON-quoted (`"12"`)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if v != v or v in (float("inf"), float("-inf")):
-            raise SpecError(f"variant parameter value {v!r}: floats must be finite")
-        return repr(v)
-    if isinstance(v, str):
-        bare = re.fullmatch(_BARE, v) and v not in ("true", "false") and not re.fullmatch(_FLOAT, v)
-        return v if bare else json.dumps(v)
-    raise SpecError(f"variant parameter value {v!r}: use ints, floats, bools or strings")
-
-
-def _unfmt(s: str):
-    if s.startswith('"'):
-        return json.loads(s)
-    if s in ("true", "false"):
-        return s == "true"
-    if re.fullmatch(_INT, s):
-        return int(s)
-    if re.fullmatch(_FLOAT, s):
-        return float(s)
-    if re.fullmatch(_BARE, s):
-        return s
-    raise SpecError(f"bad variant key value {s!r}")
-
-
 @RECORD
 class Variant(Fields):
     """One compiled instance: the factory's compile-time parameters, when it applies, its rank.
@@ -211,7 +174,7 @@ class Variant(Fields):
         for k, v in items:
             if not isinstance(k, str) or not re.fullmatch(_NAME, k):
                 raise SpecError(f"variant parameter name {k!r} is not an identifier")
-            _fmt(v)
+            variant_key.value(v)
         object.__setattr__(self, "params", items)
         object.__setattr__(self, "rule", rule)
         object.__setattr__(self, "priority", int(priority))
@@ -224,20 +187,11 @@ class Variant(Fields):
     @property
     def key(self) -> str:
         """`N=4096,dtype=bfloat16`: sorted; `Variant.parse_key(key)` gives the params back."""
-        return ",".join(f"{k}={_fmt(v)}" for k, v in self.params)
+        return variant_key.format_key(self.params)
 
     @staticmethod
     def parse_key(key: str) -> dict:
-        out, pos = {}, 0
-        while pos < len(key):
-            m = re.compile(_ITEM).match(key, pos)
-            if not m or m.end() == pos:
-                raise SpecError(f"bad variant key {key!r} at {key[pos:]!r}")
-            out[m.group(1)] = _unfmt(m.group(2))
-            pos = m.end()
-        if key.endswith(","):
-            raise SpecError(f"bad variant key {key!r}: trailing comma")
-        return out
+        return variant_key.parse_key(key)
 
     def kwargs(self) -> dict:
         return dict(self.params)

@@ -1,5 +1,5 @@
-"""The shipped sm_100a GEMMs (kernels_src/gemm_sm100.py, dense and grouped) and flash attention
-(kernels_src/attention_sm100.py) are tcgen05 kernels:
+"""The shipped sm_100a GEMMs (kernels_src/gemm/tiles/tcgen05.py, dense and grouped) and flash attention
+(kernels_src/attention/tcgen05.py) are tcgen05 kernels:
 every tkreg.gemm, tkreg.fp8_gemm and grouped GEMM (bf16/fp16 and FP8) cubin in the installed wheel's sm_100a
 pack has UTC*MMA instructions in its SASS and no HMMA (mma.sync), and fits sm_100's shared memory.  Nothing here runs them: no Blackwell GPU.
 Needs a disassembler (nvdisasm from build_tools/requirements-build.txt, or the CUDA toolkit's)."""
@@ -34,7 +34,7 @@ def test_shipped_sm100_gemms_use_tcgen05(op):
 
 @pytest.mark.parametrize("op", ["tkreg.flash_attention", "tkreg.flash_attention_varlen"])
 def test_shipped_sm100_attention_uses_tcgen05(op):
-    """The tcgen05 attention (kernels_src/attention_sm100.py) serves every head dim and dtype; the tiled
+    """The tcgen05 attention (kernels_src/attention/tcgen05.py) serves every head dim and dtype; the tiled
     mma.sync kernel stays beside it only as the TKREG_SKIP_VARIANTS fallback (lower priority)."""
     tool = find_disassembler()
     if tool is None:

@@ -66,3 +66,14 @@ def test_readme_ops_table_matches_the_wheel():
     r = run("list", "--markdown")
     assert r.returncode == 0, r.stderr
     assert table == r.stdout.strip(), "README's ops table is stale: paste `tkreg list --markdown` into it"
+
+
+def test_doctor_flags_skip_entries_that_match_no_variant():
+    """A TKREG_SKIP_VARIANTS entry naming no variant (a typo, or a key spelled before the keys were
+    written in words) is reported; one that matches is not."""
+    r = run("doctor", env={"TKREG_FALLBACK": "reference",
+                           "TKREG_SKIP_VARIANTS": "kernel=ws; tkreg.flash_attention:kernel=tcgen05;tkreg.gemm:kernel=tcgen05"})
+    assert r.returncode == 0, r.stderr
+    flagged = [line for line in r.stdout.splitlines() if "matches no variant" in line]
+    assert len(flagged) == 2, r.stdout
+    assert "'kernel=ws'" in flagged[0] and "'tkreg.gemm:kernel=tcgen05'" in flagged[1]

@@ -1,4 +1,4 @@
-"""tkreg across devices and threads (issue #19): a decoder layer (rms_norm, gemm, rotary, flash
+"""tkreg across devices and threads: a decoder layer (rms_norm, gemm, rotary, flash
 attention, an MoE block with routing and grouped GEMMs) driven from two threads at once, one GPU
 each when there are two (both on cuda:0 otherwise), equal to the single-threaded result; a call
 mixing devices refused before launch; a torch.distributed (NCCL) tensor-parallel MLP across two

@@ -16,7 +16,7 @@ import torch
 import tkreg
 from tkreg import assemble, codes, manifest
 from tkreg.errors import NoKernelError, PackError
-from tkreg.plan import Plan
+from tkreg.launch_plan import Plan
 from tkreg.registry import BUILTIN_PACKS, Registry
 from tkreg.runtime import Runtime
 from tkreg.spec import OpSpec, Tensor
@@ -103,7 +103,7 @@ def test_struct_checks_every_value_against_its_range(field, value, match):
 
 
 def test_a_plan_value_out_of_range_is_a_packerror_naming_the_field():
-    from tkreg.plan import Launch, Plan
+    from tkreg.launch_plan import Launch, Plan
     spec = OpSpec("t.range", (Tensor("x", ("N",), dtypes=("int8",)),))
     for block, match in (((0, 1, 1), "Kernel.block = 0"), ((2048, 1, 1), "Kernel.block = 2048")):
         plan = Plan({"x": "int8"}, (), (Launch("k", ([1], [1], [1]), block, [0]),))
@@ -205,14 +205,14 @@ def test_a_schema_1_pack_is_refused_with_the_fix(tmp_path):
     f.write_text(json.dumps({**json.loads(f.read_text()), "schema": 1}))
     with pytest.raises(PackError, match="schema 1 .*rebuild the pack"):
         manifest.load(f)
-    with pytest.warns(RuntimeWarning, match="rebuild the pack"):
+    with pytest.raises(PackError, match=f"pack {pack} refused: .*rebuild the pack"):
         Runtime(Registry()).register_pack(pack)
 
 
 def test_import_spec_loads_no_pack():
     import subprocess
     import sys
-    code = ("import sys, tkreg.spec, tkreg.manifest, tkreg.plan; "
+    code = ("import sys, tkreg.spec, tkreg.manifest, tkreg.launch_plan; "
             "print(sorted(m for m in sys.modules if m.startswith('tkreg')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
     assert out.returncode == 0, out.stderr
@@ -249,7 +249,7 @@ def test_an_input_dim_may_be_a_multiple_of_a_symbol():
     refuses an odd dim, and the fake implementation solves it the same way."""
     from tkreg import assemble, diagnose
     from tkreg.native import launcher
-    from tkreg.plan import Launch, Plan
+    from tkreg.launch_plan import Launch, Plan
     from tkreg.spec import Tensor
     from tkreg.torch_library import fake_outputs
     spec = OpSpec("t.gated", (Tensor("x", ("M", "2 * N"), dtypes=("bfloat16",)),

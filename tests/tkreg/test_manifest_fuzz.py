@@ -1,13 +1,12 @@
 """A hostile pack never crashes or hangs the process: mutations of a real manifest (the probe
-pack: two kernels, TMA, every slot kind) either skip the pack with one PackError warning, or load
-and then refuse calls with a clean Python error.  This is the CPU part (every check that happens
+pack: two kernels, TMA, every slot kind) either have register_pack refuse the pack (PackError), or
+load and then refuse calls with a clean Python error.  This is the CPU part (every check that happens
 before a launch); the GPU part, where the driver has a say, runs each case in a subprocess
 (test_format_gpu.py)."""
 from __future__ import annotations
 
 import json
 import shutil
-import warnings
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tkreg import manifest
-from tkreg.errors import TkregError
+from tkreg.errors import PackError, TkregError
 from tkreg.registry import Registry
 from tkreg.runtime import Runtime
 
@@ -28,17 +27,17 @@ PATHS = [p for p, _ in leaves(RAW) if p]
 
 
 def exercise(tmp_path, m: dict) -> str:
-    """Load a mutated pack and use it as far as a CPU allows; 'skipped', 'refused' or 'ok'."""
+    """Load a mutated pack and use it as far as a CPU allows; 'skipped' (register_pack refused
+    it), 'refused' (a call was) or 'ok'."""
     pack = tmp_path / "pack"
     shutil.rmtree(pack, ignore_errors=True)
     shutil.copytree(PROBE, pack)
     manifest.dump_json(pack / "sm_90a" / manifest.FILENAME, m)
     rt = Runtime(Registry())
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        src = rt.register_pack(pack)
-    if src.state.startswith("skipped"):
-        assert any("skipped" in str(x.message) for x in w)
+    try:
+        rt.register_pack(pack)
+    except PackError as e:
+        assert str(e).startswith(f"pack {pack} refused: ")
         return "skipped"
     x = torch.randn(10, 300, dtype=BF16)[:, 8:200]
     try:
@@ -72,8 +71,8 @@ def test_a_garbage_cubin_never_reaches_the_driver(tmp_path):
     pack = tmp_path / "pack"
     shutil.copytree(PROBE, pack)
     garbage_cubin(pack)
-    with pytest.warns(RuntimeWarning, match="ELF .* outside the file"):
-        assert Runtime(Registry()).register_pack(pack).state.startswith("skipped")
+    with pytest.raises(PackError, match="ELF .* outside the file"):
+        Runtime(Registry()).register_pack(pack)
 
 
 # st.builds(dict): a fresh {} per draw (st.just({}) shares one object, which a later change could nest

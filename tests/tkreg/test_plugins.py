@@ -260,6 +260,20 @@ def test_broken_plugin_is_skipped_with_one_warning(site, tmp_path, monkeypatch, 
     out = capsys.readouterr().out
     assert "plugin:bad" in out and "skipped: " in out and msg in out
     assert "plugin:good (fake-good 1.0): loaded" in out
+    # A call to its op: the plugin and the reason first where a manifest of it could be read
+    # enough to list its ops; else every registered op and the skipped packs.
+    with pytest.raises(NoKernelError) as info:
+        tkreg.call("bad.mm")
+    text, state = str(info.value), next(s.state for s in r.sources if s.plugin == "bad")
+    if how is None or isinstance(how, str):
+        assert text.startswith("unknown op 'bad.mm'; registered ops: ") and "good.mm" in text, text
+        assert text.endswith(f"Skipped packs (one may have held it):\n  plugin:bad (fake-bad 1.0): {state}"), text
+    else:
+        assert text.startswith(f"op 'bad.mm' is in a pack tkreg skipped:\n  plugin:bad (fake-bad 1.0): {state} "
+                               f"[{pack}]\n"), text
+    assert msg in text
+    with pytest.raises(NoKernelError, match=r"^op 'bad:bad\.other' is in a pack tkreg skipped:\n  plugin:bad "):
+        tkreg.call("bad:bad.other")   # qualified by the skipped plugin: named whatever it lists
 
 
 def test_no_pack_for_this_arch_fails_at_the_call_naming_the_op(site, tmp_path, monkeypatch, capsys):
@@ -404,6 +418,9 @@ def test_a_skipped_plugin_is_named_by_unknown_op_and_fails_verify(site, tmp_path
     load(monkeypatch)
     with pytest.raises(NoKernelError, match=r"(?s)unknown op 'gone\.mm'.*Skipped packs.*plugin:gone.*no pack"):
         tkreg.call("gone.mm")
+    with pytest.raises(NoKernelError, match=r"(?s)^op 'gone:gone\.mm' is in a pack tkreg skipped:\n  "
+                       r"plugin:gone \(fake-gone 1\.0\): skipped: .*no pack"):
+        tkreg.call("gone:gone.mm")
     assert cli.main(["verify"]) == 1
     assert "FAIL plugin:gone (fake-gone 1.0): skipped" in capsys.readouterr().out
     assert cli.main(["verify", "--allow-skipped"]) == 0

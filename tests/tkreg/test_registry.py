@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -32,97 +33,12 @@ def test_builtin_packs_hold_both_archs():
         assert ops[name]["archs"] == ["sm_100a", "sm_90a"], ops[name]
 
 
-# (arch, M, N) -> the gemm shape class and tile it gets on a 132-SM GPU (kernels_src/gemm.py CLASSES)
-GEMM_CLASSES = [("sm_90a", 1, 1000, "decode-16", "block_M=16,"), ("sm_90a", 32, 4096, "decode-32", "block_M=32,"),
-                ("sm_90a", 8, 16384, "decode-wide", "block_N=256,"), ("sm_90a", 64, 8192, "small", "block_M=64,block_N=64,"),
-                ("sm_90a", 128, 8192, "mid-64", "block_M=64,block_N=128,"),
-                ("sm_90a", 256, 8192, "mid-128", "block_K=64,block_M=128,block_N=128,"),
-                ("sm_90a", 256, 7168, "mid-112", "block_M=128,block_N=112,"),
-                ("sm_90a", 1024, 4096, "large", "block_M=128,block_N=256,"),
-                ("sm_90a", 2048, 7168, "large-224", "block_M=128,block_N=224,"),
-                ("sm_90a", 16384, 7168, "large", "block_M=128,block_N=256,"),
-                ("sm_90a", 100000, 8, "mid-112", "block_M=128,block_N=112,"),   # the narrowest tile wastes least
-                ("sm_100a", 1, 1000, "small", "block_M=128,block_N=128,"),
-                ("sm_100a", 1024, 4096, "large", "block_M=128,block_N=256,")]
-
-
-@pytest.mark.parametrize("arch, m, n, cls, tile", GEMM_CLASSES)
-def test_gemm_shape_classes(arch, m, n, cls, tile):
-    """What an H200 (132 SMs) would run, asked on the CPU: `sm_count=` stands in for the device.
-    The chosen key names the class (explain's answer to "which class does this shape get")."""
-    a, b = torch.empty(m, 256, dtype=BF16), torch.empty(n, 256, dtype=BF16)
-    e = tkreg.explain("gemm", a, b, arch=arch, sm_count=132)
-    assert f"shape_class={cls}," in e.chosen and tile in e.chosen and "bias=false" in e.chosen, e
-    with_bias = tkreg.explain("gemm", a.half(), b.half(), torch.empty(n, dtype=FP16), arch=arch, sm_count=132)
-    assert tile in with_bias.chosen and "bias=true" in with_bias.chosen and "float16" in with_bias.chosen
-
-
-# (M, N, K) -> the fp8_gemm shape class on a 132-SM GPU (kernels_src/fp8_gemm.py CLASSES)
-FP8_CLASSES = [(1, 4096, 14336, "decode-ws-split"), (16, 1000, 8192, "decode-ws-split"), (1, 4096, 4096, "decode-ws"),
-               (16, 28672, 4096, "decode-ws"), (8, 5120, 1024, "decode-ws"), (17, 4096, 14336, "decode-ws-32-split"),
-               (64, 4096, 8192, "decode-ws-32-split"), (32, 28672, 4096, "decode-ws-32"), (64, 4096, 4096, "decode-ws-32"),
-               (33, 8192, 8192, "decode-ws-64"), (64, 5120, 2048, "decode-ws-64"), (64, 28672, 4096, "mid-64"),
-               (48, 1000, 512, "decode-ws-32"), (100, 1000, 512, "small"), (128, 8192, 1024, "mid-64"), (4096, 8192, 640, "ws-128")]
-
-
-@pytest.mark.parametrize("m, n, k, cls", FP8_CLASSES)
-def test_fp8_gemm_shape_classes(m, n, k, cls):
-    f8, kb = torch.float8_e4m3fn, (k + 127) // 128
-    e = tkreg.explain("fp8_gemm", torch.empty(m, k, dtype=f8), torch.empty(m, kb), torch.empty(n, k, dtype=f8),
-                      torch.empty((n + 127) // 128, kb), arch="sm_90a", sm_count=132)
-    assert f"shape_class={cls}," in e.chosen, e
-
-
-# (M, N, K) -> the sm_100a class on a 148-SM B200: split-K into the most runs (8, 4, 2) whose CTAs fit
-# in one wave, each at least 1024 deep (kernels_src/gemm.py split_k_classes); gemm / fp8_gemm names
-SM100_SPLITS = [(1, 4096, 14336, "split-4", "split-4"), (64, 2048, 8192, "split-8", "split-8"),
-                (1, 7168, 2048, "split-2", "split-2"), (16, 8192, 8192, "split-2", "split-2"),
-                (1, 4096, 1024, "small", "tcgen05"), (1, 28672, 4096, "large", "tcgen05"),
-                (4096, 4096, 4096, "large", "tcgen05")]
-
-
-@pytest.mark.parametrize("m, n, k, cls, cls8", SM100_SPLITS)
-def test_sm100_splits_k_where_tiles_leave_sms_idle(m, n, k, cls, cls8):
-    a, b = torch.empty(m, k, dtype=BF16), torch.empty(n, k, dtype=BF16)
-    for bias in ((), (torch.empty(n, dtype=BF16),)):
-        e = tkreg.explain("gemm", a, b, *bias, arch="sm_100a", sm_count=148)
-        assert f"shape_class={cls}," in e.chosen and f"bias={'true' if bias else 'false'}" in e.chosen, e
-    f8, kb = torch.float8_e4m3fn, (k + 127) // 128
-    e = tkreg.explain("fp8_gemm", torch.empty(m, k, dtype=f8), torch.empty(m, kb), torch.empty(n, k, dtype=f8),
-                      torch.empty((n + 127) // 128, kb), arch="sm_100a", sm_count=148)
-    assert f"shape_class={cls8}," in e.chosen, e
-
-
 def test_sm_count_rules_on_cpu_tensors_need_sm_count():
     a, b = torch.empty(1024, 256, dtype=BF16), torch.empty(4096, 256, dtype=BF16)
     e = tkreg.explain("gemm", a, b, arch="sm_90a")
     assert any("SM_COUNT is unknown for CPU tensors: pass sm_count=" in why for _, _, why in e.rows)
     assert "block_N=256" in tkreg.explain("gemm", a, b, arch="sm_90a", sm_count=132).chosen
     assert "block_N=256" not in tkreg.explain("gemm", a, b, arch="sm_90a", sm_count=1000).chosen
-
-
-@pytest.mark.parametrize("n", [1024, 4096, 7168])
-@pytest.mark.parametrize("dt", [BF16, FP16])
-def test_rms_norm_picks_hidden_size_and_dtype(n, dt):
-    e = tkreg.explain("rms_norm", torch.empty(3, n, dtype=dt), torch.empty(n, dtype=dt), arch="sm_90a")
-    # 4096-7168: the resident-row kernel at that N (kernels_src/norm.py WPRE), 4096 two rows a CTA
-    want = {1024: "threads=128", 4096: "max_n=4096,rows=2,threads=128,wpre=1", 7168: "max_n=8192,threads=256,wpre=1"}[n]
-    assert e.chosen == f"N={n},dtype={str(dt)[6:]},{want}"
-    assert sum(c for _, c, _ in e.rows) == 1
-
-
-@pytest.mark.parametrize("dt", [BF16, FP16])
-@pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm"])
-@pytest.mark.parametrize("n", [8, 1000, 2040, 2056, 2880, 3584, 4088, 6144, 16384, 16392])
-def test_other_hidden_sizes_take_the_any_n_kernel(n, op, dt):
-    """Register-resident for 2048 < N <= 4096 (bf16: 4 slots a thread, the weight loaded with the row)
-    and 8192 < N <= 16384, the two-pass kernel otherwise."""
-    args = [torch.empty(3, n, dtype=dt)] * (2 if op == "fused_add_rms_norm" else 1) + [torch.empty(n, dtype=dt)]
-    e = tkreg.explain(op, *args, arch="sm_90a")
-    d = str(dt)[6:]
-    want = (f"N=0,dtype={d},max_n=4096,threads=128,wpre=1" if 2048 < n <= 4096 and dt == BF16 else
-            f"N=0,dtype={d},max_n=16384,threads=256" if 8192 < n <= 16384 else f"N=0,dtype={d},threads=256")
-    assert e.chosen == want, str(e)
 
 
 def test_no_variant_lists_every_candidate_with_a_reason():
@@ -310,3 +226,133 @@ def test_skip_variants_setting(monkeypatch, setting, op, key, skipped):
     from tkreg import env
     monkeypatch.setenv("TKREG_SKIP_VARIANTS", setting)
     assert env.skipped_variant(op, key) is skipped
+
+
+# ---- a refused pack says why where the user looks ---------------------------------------------
+def _own_pack(tmp_path) -> Path:
+    """A pack of one op, `mine.gemm`: the built-in gemm's spec and cubins under another name."""
+    root = tmp_path / "mine"
+    for arch in ("sm_90a", "sm_100a"):
+        src = json.loads((BUILTIN_PACKS / arch / "manifest.json").read_text())
+        op = src["ops"]["tkreg.gemm"]
+        op["spec"]["name"] = "mine.gemm"
+        (root / arch).mkdir(parents=True)
+        for v in op["variants"]:
+            shutil.copy(BUILTIN_PACKS / arch / v["cubin"], root / arch / v["cubin"])
+        manifest.dump_json(root / arch / "manifest.json", {**src, "namespace": "mine", "ops": {"mine.gemm": op}})
+    return root
+
+
+def _variant(p: Path, arch: str) -> dict:
+    return json.loads((p / arch / "manifest.json").read_text())["ops"]["mine.gemm"]["variants"][0]
+
+
+def _flip_cubin(p: Path, arch="sm_100a"):
+    f = p / arch / _variant(p, arch)["cubin"]
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+
+
+def _sm100_cubin_as_sm90(p: Path):
+    """sm_100a code under an sm_90a record, its sha256 updated: only the ELF check sees it."""
+    import hashlib
+    f = p / "sm_90a" / "manifest.json"
+    m = json.loads(f.read_text())
+    v = m["ops"]["mine.gemm"]["variants"][0]
+    data = (p / "sm_100a" / _variant(p, "sm_100a")["cubin"]).read_bytes()
+    (p / "sm_90a" / v["cubin"]).write_bytes(data)
+    v["sha256"] = hashlib.sha256(data).hexdigest()
+    manifest.dump_json(f, m)
+
+
+def _edit(p: Path, arch: str, fn):
+    f = p / arch / "manifest.json"
+    f.write_text(fn(f.read_text()))
+
+
+# case -> (how the pack breaks, what the reason says)
+REFUSALS = {
+    "manifest not json": (lambda p: _edit(p, "sm_90a", lambda t: "{not json"), r"corrupt manifest \S*sm_90a/manifest\.json"),
+    "cubin sha256 mismatch": (_flip_cubin, r"mine\.gemm\[.*\]: cubin \S* has sha256 .*the pack is corrupt"),
+    "schema too new": (lambda p: _edit(p, "sm_100a", lambda t: json.dumps({**json.loads(t), "schema": 99})),
+                       r"schema 99, newer than this tkreg reads \(2\); upgrade tkreg"),
+    "cubin of another arch": (_sm100_cubin_as_sm90, r"mine\.gemm\[.*expected sm_90a"),
+    "no manifest": (lambda p: [shutil.rmtree(p / a) for a in ("sm_90a", "sm_100a")], "no <arch>/manifest.json under"),
+}
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["on first use", "after the load"])
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_register_pack_raises_why_and_adds_nothing(tmp_path, monkeypatch, case, loaded):
+    """A broken pack given to register_pack raises PackError naming the pack and the reason (no
+    warning besides); the registry is as it was, and the pack registers once fixed."""
+    monkeypatch.delenv("TKREG_PACKS", raising=False)
+    brk, why = REFUSALS[case]
+    p = _own_pack(tmp_path)
+    brk(p)
+    r = Registry()
+    if loaded:
+        r.ensure()
+    before = (len(r.sources), sorted(r.entries))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(PackError, match=rf"(?s)^pack {re.escape(str(p))} refused: .*{why}") as info:
+            r.register_pack(p)
+    assert info.value.pack == str(p)
+    if loaded:
+        assert (len(r.sources), sorted(r.entries)) == before
+    assert all(s.path != p for s in r.sources)                  # doctor and verify never see it
+    assert r.entry("tkreg.gemm").owner == "tkreg (built-in)"    # the other packs loaded
+    with pytest.raises(NoKernelError, match="unknown op 'mine.gemm'"):
+        r.entry("mine.gemm")
+    shutil.rmtree(p)
+    _own_pack(tmp_path)
+    assert r.register_pack(p).state == "loaded" and r.entry("mine.gemm").owner == f"register_pack:{p}"
+
+
+def test_tkreg_register_pack_raises_for_a_broken_pack(tmp_path):
+    """The public call, on the process's own registry: the refusal changes nothing there."""
+    p = _own_pack(tmp_path)
+    _flip_cubin(p)
+    with pytest.raises(PackError, match=rf"^pack {re.escape(str(p))} refused: mine\.gemm\[.*sha256"):
+        tkreg.register_pack(p)
+    assert not any(o["op"] == "mine.gemm" for o in tkreg.list_ops())
+
+
+# case -> (how the TKREG_PACKS pack breaks, whether a call can name it: its manifests list the op)
+SKIPS = {
+    "cubin sha256 mismatch": (_flip_cubin, True),
+    "schema too new": (REFUSALS["schema too new"][0], True),
+    "one manifest not json": (REFUSALS["manifest not json"][0], True),   # sm_100a's still lists it
+    "no manifest parses": (lambda p: [_edit(p, a, lambda t: "{not json") for a in ("sm_90a", "sm_100a")], False),
+}
+
+
+@pytest.mark.parametrize("case", list(SKIPS))
+def test_a_call_to_an_op_of_a_skipped_pack_names_the_pack_and_why(tmp_path, monkeypatch, case):
+    from tkreg import runtime
+    brk, named = SKIPS[case]
+    p = _own_pack(tmp_path)
+    brk(p)
+    monkeypatch.setenv("TKREG_PACKS", str(p))
+    monkeypatch.delenv("TKREG_FALLBACK", raising=False)
+    r = Registry()
+    with pytest.warns(RuntimeWarning, match=rf"TKREG_PACKS:{re.escape(str(p))}: skipped: "):
+        r.ensure()
+    (src,) = [s for s in r.sources if s.path == p]
+    monkeypatch.setattr(runtime.RUNTIME, "registry", r)
+    try:
+        with pytest.raises(NoKernelError) as info:
+            tkreg.call("mine.gemm", torch.empty(2, 64, dtype=BF16), torch.empty(3, 64, dtype=BF16))
+    finally:
+        runtime.RUNTIME.reset()
+    text = str(info.value)
+    if named:
+        assert text.startswith(f"op 'mine.gemm' is in a pack tkreg skipped:\n  TKREG_PACKS:{p}: {src.state}\n")
+        assert "registered ops" not in text
+    else:   # nothing says which pack held it: every registered op, then every skipped pack
+        assert text.startswith("unknown op 'mine.gemm'; registered ops: ") and "tkreg.gemm" in text
+        assert text.endswith(f"Skipped packs (one may have held it):\n  TKREG_PACKS:{p}: {src.state}")
+    with pytest.raises(NoKernelError, match=r"(?s)^unknown op 'mine\.other'; registered ops: .*Skipped packs"):
+        r.entry("mine.other")    # an op the skipped pack does not list

@@ -1,7 +1,6 @@
 """The built-in pack reads only the visible GPUs' archs when torch has initialised CUDA already,
-and every path that needs the other archs reads them, once, to the state of a full load (issue
-#12).  CPU only: CUDA is faked by patching torch.cuda, and the registry's manifest reads are
-recorded."""
+and every path that needs the other archs reads them, once, to the state of a full load.  CPU
+only: CUDA is faked by patching torch.cuda, and the registry's manifest reads are recorded."""
 from __future__ import annotations
 
 import json

@@ -189,6 +189,32 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def _span(vals, fmt) -> str:
+    lo, hi = min(vals), max(vals)
+    return fmt.format(lo) if f"{fmt.format(lo)}" == f"{fmt.format(hi)}" else f"{fmt.format(lo)}-{fmt.format(hi)}"
+
+
+def summary(res: dict) -> list:
+    """Markdown rows: per op, the range of tkreg's % of copy (or rate) and of each peer ratio."""
+    by: dict = {}
+    for r in res["rows"]:
+        if r["impl"] == "tkreg":
+            by.setdefault(r["op"], []).append(r)
+    out = ["| op | cases | tkreg | vs peers (min-max) |", "|---|---:|---|---|"]
+    for op, rows in by.items():
+        pct = [r["pct_ceiling"] for r in rows if r["pct_ceiling"] >= 1]
+        rate = [r for r in rows if r["unit"] and r["pct_ceiling"] < 1]
+        own = "; ".join(([_span(pct, "{:.0f}") + "% of copy"] if pct else []) +
+                        ([_span([r["metric"] for r in rate], "{:.0f}") + f" {rate[0]['unit']}"] if rate else []))
+        peers: dict = {}
+        for r in rows:
+            for k, v in r["vs"].items():
+                peers.setdefault(k, []).append(v)
+        vs = ", ".join(f"{k} {_span(v, '{:.2f}')}×" for k, v in peers.items())
+        out.append(f"| {op} | {len(rows)} | {own} | {vs} |")
+    return out
+
+
 def _above(res: dict) -> dict:
     """Row -> µs above the driver floor: the paired-burst medians (older results: the difference)."""
     h = res["host_us"]
@@ -205,6 +231,8 @@ def markdown(res: dict, jit: dict | None = None) -> str:
            f"Ratios are peer time / tkreg time (> 1: tkreg is faster), measured in the same process. "
            f"Memory ceiling (device copy, read + write): **{res['copy_gbs']:.0f} GB/s**.\n",
            ]
+    out += ["## At a glance\n", "Per op, over its cases: tkreg's share of the copy ceiling (memory-bound ops) or its rate, "
+            "and each peer's time over tkreg's (> 1: tkreg is faster).\n"] + summary(res) + [""]
     if res.get("runs"):   # a table merged from several runs (`merge`): say which rows came from which
         out += ["Rows by run (same GPU kind; each family's rows come from one run):\n"] + [
             f"- {', '.join(r['families'])}: {r['date']}, `{r['command']}`" + (f" ({r['note']})" if r.get("note") else "")

@@ -3,11 +3,10 @@
 TFLOP/s = 4 * B * HQ * Sq * Sk * D / time, halved for causal (the masked half is not counted).
 SDPA takes [B, H, S, D] (transposed views, no copy) and, for GQA, K/V expanded to HQ heads
 beforehand (not timed; torch 2.11's cuDNN backend also runs `enable_gqa=True`, at the speed of the
-expanded form: 3.662 against 3.644 ms at d128 8 x 4096, timed in turn).  The varlen row packs 16
-sequences of mixed lengths into the token count of the (8, 4096) row and compares with it.
-tkreg and its peers take their runs in turn (`queued_ms_paired`), as the GEMM benches do: timed
-one after the other, the same cubin read 0.85-1.07x of itself between two runs (the GPU's clock
-drifts as it heats), and MHA looked 11% slower than GQA, which it is not (both within 0.2% in turn).
+expanded form).  The varlen row packs 16 sequences of mixed lengths into the token count of the
+(8, 4096) row and compares with it.  tkreg and its peers take their runs in turn
+(`queued_ms_paired`), as the GEMM benches do: the GPU's clock drifts as it heats, and timed one
+after the other the same cubin read 0.85-1.07x of itself between two runs (docs/bench-method.md).
 """
 from __future__ import annotations
 

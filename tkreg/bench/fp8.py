@@ -19,7 +19,7 @@ def _time_peers(fn_eager, fn_comp, sets):
 def cases(quick, ceiling, progress):
     torch = need_torch()
     import tkreg
-    from tkreg.reference import fp8 as ref
+    from tkreg.reference import quant as ref
     ops = tkreg.ops
     BF16 = torch.bfloat16
     rows = []

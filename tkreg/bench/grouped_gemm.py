@@ -1,4 +1,4 @@
-"""MoE grouped GEMMs beside their peers, in one process (issue #16's "must show" shapes).
+"""MoE grouped GEMMs beside their peers, in one process, on DeepSeek-V3 expert shapes.
 
 Peers: `torch._grouped_mm` (bf16; offs = cumulative segment ends, b passed as b.transpose(-2, -1);
 the masked layout as its batched 3-D x 3-D form over all Mmax rows), a per-expert `torch.matmul`
@@ -143,9 +143,9 @@ def masked_cases(quick, ceiling, progress, fp8: bool):
                         qa, sa = ops.per_token_group_quant_fp8(x)
                         qb = torch.randn(e, n, k, dtype=torch.bfloat16, device="cuda").mul_(0.05).to(torch.float8_e4m3fn)
                         sb = torch.rand(e, n // 128, k // 128, device="cuda") + 0.5
-                        # cuBLASLt refused every masked case (CUBLAS_STATUS_NOT_SUPPORTED, 2026-12-01)
-                        # while the 128-row contiguous segments passed; the suspect is M % 4 != 0, so
-                        # the peer runs each expert's rows rounded up to 4 (not yet run on a GPU).
+                        # cuBLASLt refuses the masked cases (CUBLAS_STATUS_NOT_SUPPORTED) and takes
+                        # the 128-row contiguous segments; M % 4 != 0 is the suspect, so the peer runs
+                        # each expert's rows rounded up to 4 (unconfirmed on a GPU).
                         cols = [sa[i * mmax:i * mmax + pad4(cnt)].t().contiguous().t() for i, cnt in enumerate(counts)]
                         return qa.view(e, mmax, k), sa.view(e, mmax, k // 128), qb, sb, cols
                     sets = rotations(make, e * mmax * k + e * n * k + 2 * e * mmax * n)

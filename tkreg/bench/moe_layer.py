@@ -1,4 +1,4 @@
-"""A DeepSeek-V3 MoE layer built from tkreg ops, beside the best torch layer (issue #16).
+"""A DeepSeek-V3 MoE layer built from tkreg ops, beside the best torch layer.
 
 The layer: hidden H = 7168, E = 256 routed experts, top-8 of them by DeepSeek-V3's group-limited
 rule (8 groups, 4 kept, sigmoid + bias, routed scaling 2.5), expert intermediate I = 2048 (SwiGLU:
@@ -14,7 +14,7 @@ torch   the routing of tkreg.reference.moe under torch.compile, a stable argsort
         torch._grouped_mm (bf16; FP8: torch._scaled_grouped_mm with rowwise scales where the
         installed torch has it), the weighting and the index_add_ back under torch.compile.
 loop    the straightforward layer: a Python loop over experts (the correctness oracle; FP8: the
-        same activation quantization, through tkreg.reference.fp8, and the dequantized weights).
+        same activation quantization, through tkreg.reference.quant, and the dequantized weights).
 """
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ def loop_layer(x, w, cfg=V3, fp8=False):
     import torch
 
     from ..reference import activation as act
-    from ..reference import fp8 as r8
+    from ..reference import quant as r8
     from ..reference import moe as ref
 
     def quant(t):  # the FP8 layer's activation rounding: 1x128 groups, e4m3

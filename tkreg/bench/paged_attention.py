@@ -19,15 +19,14 @@ QUICK = [(64, 4096, 64), (1, 32768, 16)]
 HQ, HK, D = 32, 8, 128
 
 
-def _inputs(torch, b, ctx, ps, hq=HQ, hk=HK, d=D, dtype=None):
-    dtype = dtype or torch.bfloat16
+def _inputs(torch, b, ctx, ps):
     mp = ctx // ps
     np_ = b * mp
-    k = torch.randn(np_, ps, hk, d, dtype=dtype, device="cuda")
-    v = torch.randn(np_, ps, hk, d, dtype=dtype, device="cuda")
+    k = torch.randn(np_, ps, HK, D, dtype=torch.bfloat16, device="cuda")
+    v = torch.randn(np_, ps, HK, D, dtype=torch.bfloat16, device="cuda")
     bt = torch.randperm(np_, device="cuda").to(torch.int32).view(b, mp)
     lens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
-    q = torch.randn(b, hq, d, dtype=dtype, device="cuda")
+    q = torch.randn(b, HQ, D, dtype=torch.bfloat16, device="cuda")
     return q, k, v, bt, lens
 
 
@@ -62,21 +61,3 @@ def cases(quick, ceiling, progress):
         progress()
     return rows
 
-
-def sweep(splits=(0, 8, 16, 24, 33, 48, 66, 99, 128), shapes=None):
-    """Tuning aid (not part of `tkreg bench`): GB/s per `num_splits` (0 = the built-in rule) for
-    each shape, to check the split rule on a new GPU:
-    `python -c "from tkreg.bench.paged_attention import sweep; sweep()"`."""
-    torch = need_torch()
-    import tkreg
-    for b, ctx, ps in shapes or SHAPES:
-        nbytes = 2 * b * ctx * HK * D * 2
-        sets = rotations(lambda: _inputs(torch, b, ctx, ps), nbytes)
-        line = []
-        for ns in splits:
-            ms = queued_ms(lambda q, k, v, bt, lens: tkreg.ops.paged_decode_attention(q, k, v, bt, lens, num_splits=ns),
-                           sets, reps=20)
-            line.append(f"{ns}:{nbytes / ms / 1e6:.0f}")
-        print(f"B={b} ctx={ctx} page={ps}  GB/s by num_splits  " + "  ".join(line), flush=True)
-        del sets
-        torch.cuda.empty_cache()

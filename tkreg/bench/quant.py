@@ -9,9 +9,9 @@ Bytes per call = every input read once + every output written once (bf16 in, e =
   e5m6 quant / dequant M*K*e + 1.5*M*K + 4*M    /   1.5*M*K + 4*M + 2*M*K
   fp8 dequant channel  M*K + 4*ceil(M/128)*K + 2*M*K
 Every row queues its calls behind a spin kernel (timing.queued_ms): events around one call would
-also time the host's launch work, which at 4096 x 7168 (kernels of ~25 µs) read FP4 quant at 40%
-of copy against 72% queued.  Every row also carries a same-size device copy (timing.copy_ms): where
-torch.compile is near it, no kernel can lead torch.compile by much.
+also time the host's launch work, which for kernels of tens of µs read FP4 quant at 0.56 of its
+queued rate (docs/bench-method.md).  Every row also carries a same-size device copy
+(timing.copy_ms): where torch.compile is near it, no kernel can lead torch.compile by much.
 """
 from __future__ import annotations
 

@@ -105,10 +105,10 @@ def burst_us(fn, k=200) -> float:
 
 
 def rotations(make, nbytes: int) -> list:
-    """Enough input sets (up to 8) that twice L2's bytes pass between two uses of one set.  One
-    set reused call after call (what a pass merely exceeding L2 allowed above 120 MB) keeps part of
-    itself cached, by an amount that depends on where its buffers sit: the same kernel and the
-    same-size copy then read 3-13% apart between allocations (docs/quant-tuning.md, 24th session)."""
+    """At least two input sets (up to 8), with twice L2's bytes passing between two uses of one
+    set.  One set reused call after call keeps part of itself cached, by an amount that depends on
+    where its buffers sit: the same kernel and the same-size copy then read 3-13% apart between
+    allocations (docs/bench-method.md)."""
     return [make() for _ in range(min(8, 1 + -(-2 * L2_BYTES // max(nbytes, 1))))]
 
 
@@ -122,8 +122,8 @@ def copy_bandwidth() -> float:
 
 def compiled(fn):
     """torch.compile(fn) specialized to each shape.  A bench feeds one reference 20+ shapes: past
-    dynamo's recompile limit (8) the function silently ran *eagerly* (the old mid-size rows' 1-7%
-    of copy), so the limit is raised to cover every shape a bench times."""
+    dynamo's recompile limit (8) the function silently runs *eagerly* (docs/bench-method.md), so
+    the limit is raised to cover every shape a bench times."""
     torch = need_torch()
     try:
         import torch._dynamo as dynamo
@@ -186,9 +186,10 @@ def copy_ms(nbytes: int, timer=gpu_ms) -> float:
 
 def same_size_rows(op, case, nbytes, ceiling, fn, sets, peers=None) -> list:
     """Rows for one mid-size case, every time from `queued_ms` (kernels of 3-40 µs: events on an
-    idle stream would time the host's launch work, see docs/gemm-tuning.md): tkreg, each peer, and
-    a device copy of the same number of bytes timed just before (`dst.copy_(src)`).  tkreg's row
-    carries vs[COPY] = copy time / tkreg time: >= 0.90 is issue #17's bar."""
+    idle stream would time the host's launch work): tkreg, each peer, and a device copy of the same
+    number of bytes timed just before (`dst.copy_(src)`; which goes first does not move the ratio,
+    docs/bench-method.md).  tkreg's row carries vs[COPY] = copy time / tkreg time, the bar a
+    memory-bound kernel is held to at these sizes."""
     copy = copy_ms(nbytes, queued_ms)
     ours = queued_ms(fn, sets)
     timed = {k: try_ms(v, sets, timer=queued_ms) for k, v in (peers or {}).items() if v}

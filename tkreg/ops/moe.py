@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..reference.moe import SCORINGS, padded_rows
+from ..reference.moe import MAX_EXPERTS as E_MAX, MAX_K as K_MAX, SCORINGS, padded_rows
 from ..runtime import OPS
 from ._route import checking, compiling, graph
 
-E_MAX, K_MAX = 512, 16
 
 
 class MoeMapping(NamedTuple):

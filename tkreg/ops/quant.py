@@ -1,5 +1,12 @@
-"""Typed functions for the quant family: transpose, per-channel FP8, SwiGLU (+ backward) + FP8,
-MXFP4, E5M6 and FP8 cast back in every layout the quant ops write.
+"""Typed functions for the quant family: FP8 per-token-group and per-block casts (+ SwiGLU) and
+their cast back, transpose, per-channel FP8, SwiGLU backward + FP8, MXFP4, E5M6 and FP8 cast back
+in every layout the quant ops write.
+
+FP8 scales are fp32; `ue8m0=True` rounds each scale up to a power of two (DeepGEMM's UE8M0 recipe,
+still stored as fp32).  `column_major_scales=True` writes DeepGEMM's TMA-aligned column-major
+layout: the kernel fills a row-major `[K // 128, ceil(M / 4) * 4]` buffer and these functions
+return its transposed view `[M, K // 128]` with strides `(1, ceil(M / 4) * 4)` (the padding columns
+are not written).  Pass `s=` that raw buffer to reuse it.
 
 Formats and rounding: tkreg/reference/quant.py (bit-identical to DeepSeek TileKernels' torch
 references where TileKernels has the op).  Scales are fp32 except MXFP4's, which are uint8
@@ -125,3 +132,41 @@ def quant_e5m6(x, *, ue8m0: bool = False, p=None, s=None):
 def dequant_e5m6(p, s, *, out=None):
     """p[M, 3K/2] uint8, s[M] fp32 -> bf16 [M, K]."""
     return _call("tkreg.dequant_e5m6", out, p, s)
+
+
+# ---- FP8 per-token groups and 128 x 128 blocks -----------------------------------------------------
+def _cols(q, s_t):
+    return q, s_t.t()[: q.shape[0]]
+
+
+def per_token_group_quant_fp8(x, *, ue8m0: bool = False, column_major_scales: bool = False, q=None, s=None):
+    """x[M, K] bf16/fp16 (K % 128 == 0) -> (q[M, K] float8_e4m3fn, s[M, K // 128] fp32)."""
+    if column_major_scales:
+        return _cols(*_quant("tkreg.per_token_group_quant_fp8_colmajor", x, ue8m0, q, s))
+    return _quant("tkreg.per_token_group_quant_fp8", x, ue8m0, q, s)
+
+
+def silu_and_mul_quant_fp8(x, *, ue8m0: bool = False, column_major_scales: bool = False, q=None, s=None):
+    """x[M, 2I] (I % 128 == 0) -> quantized silu(x[:, :I]) * x[:, I:]: (q[M, I], s[M, I // 128])."""
+    if column_major_scales:
+        return _cols(*_quant("tkreg.silu_and_mul_quant_fp8_colmajor", x, ue8m0, q, s))
+    return _quant("tkreg.silu_and_mul_quant_fp8", x, ue8m0, q, s)
+
+
+def per_block_quant_fp8(w, *, ue8m0: bool = False, q=None, s=None):
+    """w[N, K] bf16/fp16 (K % 16 == 0) -> (q[N, K] e4m3, s[ceil(N/128), ceil(K/128)] fp32)."""
+    return _quant("tkreg.per_block_quant_fp8", w, ue8m0, q, s)
+
+
+def per_token_group_dequant(q, s, *, out=None):
+    """q[M, K] e4m3, s[M, K // 128] fp32 (row-major) -> bf16 q * s."""
+    if compiling():
+        return graph("tkreg.per_token_group_dequant", out, q, s)
+    return OPS["tkreg.per_token_group_dequant"](q, s, out)
+
+
+def per_block_dequant(q, s, *, out=None):
+    """q[N, K] e4m3, s[ceil(N/128), ceil(K/128)] fp32 -> bf16 q * s."""
+    if compiling():
+        return graph("tkreg.per_block_dequant", out, q, s)
+    return OPS["tkreg.per_block_dequant"](q, s, out)

@@ -1,6 +1,6 @@
 """Torch references for the MoE routing family (the test oracle; TKREG_FALLBACK=reference).
 
-Semantics, as kernels_src/moe.py computes them (fp32 math):
+Semantics, as kernels_src/moe/ computes them (fp32 math):
   scoring 0 none, 1 softmax (exp(x - max) / sum), 2 sigmoid (1 / (1 + exp(-x)), torch.sigmoid's
   CUDA formula), 3 sqrtsoftplus (sqrt(x > 20 ? x : log1p(exp(x)))).
   key = score + bias; top-k by a stable descending sort (ties -> the lower expert id).
@@ -18,7 +18,12 @@ Semantics, as kernels_src/moe.py computes them (fp32 math):
 """
 from __future__ import annotations
 
-GROUP = 128
+from .quant import GROUP
+
+# The limits and codes the kernels share with this reference (kernels_src/moe/ imports them):
+MAX_EXPERTS = 512       # the largest expert count the kernels serve (gate lanes: 16 experts a lane)
+MAX_K = 16              # the largest top-k (routed slots a token held in registers)
+# scoring name -> the int code the kernels take
 SCORINGS = {"none": 0, "softmax": 1, "sigmoid": 2, "sqrtsoftplus": 3}
 
 

@@ -1,6 +1,6 @@
 """The MoE layer composed of tkreg ops (tkreg/bench/moe_layer.py) against the expert-by-expert
 torch loop: a small layer and DeepSeek-V3's shapes, bf16 and FP8, through torch.compile
-(fullgraph) and CUDA-graph replay at decode sizes.  Relative Frobenius error <= 1e-2 (issue #16)."""
+(fullgraph) and CUDA-graph replay at decode sizes.  Relative Frobenius error <= 1e-2."""
 from __future__ import annotations
 
 import pytest

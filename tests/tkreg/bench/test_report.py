@@ -81,3 +81,14 @@ def test_merge_cli_rewrites_the_table(results, tmp_path):
     assert len(merged["rows"]) == len(results["rows"])
     assert merged["runs"][-1] == dict(families=["rms_norm"], date="2099-01-02",
                                       command="python -m tkreg bench --ops norm", note="a note")
+
+
+def test_first_screen_summarizes_every_op(results):
+    """BENCHMARKS.md opens with one row per op (its range of % of copy or rate, and of each peer
+    ratio) before the per-run notes and the full table."""
+    md = bench.markdown(results, json.loads(JIT.read_text()))
+    assert md.index("## At a glance") < md.index("| op | case | impl |")
+    glance = md.split("## At a glance", 1)[1].split("| op | case | impl |", 1)[0]
+    for op in {r["op"] for r in results["rows"]}:
+        row = next(line for line in glance.splitlines() if line.startswith(f"| {op} |"))
+        assert "×" in row or "% of copy" in row, row

@@ -1,4 +1,6 @@
-"""silu_and_mul / swiglu without a GPU: dispatch, validation, and the reference's semantics."""
+"""silu_and_mul, swiglu and silu_and_mul_backward without a GPU: the installed variants against
+kernels_src/activation's specs, explain's reasons, validation, the reference's semantics, and the
+typed functions and torch.compile through the reference fallback."""
 from __future__ import annotations
 
 import pytest
@@ -8,9 +10,7 @@ import tkreg
 from tkreg import reference
 
 BF16, FP16 = torch.bfloat16, torch.float16
-# Intermediate sizes of real models (Qwen-MoE expert, Llama-2 7B, Llama-3 8B, DeepSeek-V3, ...),
-# whole and TP-sharded: all take the 16-byte path.
-REAL_I = (1408, 2048, 2560, 2880, 5632, 11008, 12288, 13824, 14336, 18432, 28672, 176, 1376, 1792, 2304)
+OPS = ("silu_and_mul", "swiglu", "silu_and_mul_backward")
 
 
 def ulps(a, b):
@@ -23,41 +23,23 @@ def ulps(a, b):
     return int(torch.where(both_nan, 0, (ia - ib).abs()).max()) if a.numel() else 0
 
 
-@pytest.mark.parametrize("op", ["silu_and_mul", "swiglu"])
-@pytest.mark.parametrize("dt", [BF16, FP16])
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
-def test_real_intermediate_sizes_take_the_vector_kernel(op, dt, arch):
-    for i in REAL_I:
-        e = tkreg.explain(op, torch.empty(3, 2 * i, dtype=dt), arch=arch)
-        assert e.chosen == f"dtype={str(dt)[6:]},op={op},vec=8", (i, str(e))
+def test_family_is_registered_for_both_archs(shipped):
+    for name in OPS:
+        assert shipped[f"tkreg.{name}"]["archs"] == ["sm_100a", "sm_90a"], name
+        assert all(shipped[f"tkreg.{name}"]["variants"].values()), name
 
 
-@pytest.mark.parametrize("t, i, big", [(8192, 7168, True), (7022, 7168, True), (4096, 14336, True),
-                                        (4096, 7168, False), (16384, 2048, False), (65536, 1408, False),
-                                        (7021, 7168, False), (1 << 17, 2040, False)])
-def test_big_silu_calls_take_three_tokens_a_thread(t, i, big):
-    """T * N >= 3 * 2^25 with I >= 2048: the flat 3-token kernel (faster there, slower below)."""
-    for arch in ("sm_90a", "sm_100a"):
-        e = tkreg.explain("silu_and_mul", torch.empty(t, 2 * i, dtype=FP16, device="meta"), arch=arch)
-        want = "dtype=float16,op=silu_and_mul,raster=flat,rows=3,vec=8" if big else "dtype=float16,op=silu_and_mul,vec=8"
-        assert e.chosen == want, str(e)
+def test_wheel_ships_the_activation_specs(ships_the_specs):
+    assert set(ships_the_specs("activation")) == {f"tkreg.{n}" for n in OPS}
 
 
-@pytest.mark.parametrize("n, chosen", [(30, "vec=1"), (200, "vec=1"), (2, "vec=1"), (16, "vec=8"), (31, None)])
-def test_other_widths(n, chosen):
-    e = tkreg.explain("silu_and_mul", torch.empty(5, n, dtype=BF16), arch="sm_90a")
-    if chosen is None:
-        assert e.chosen is None and "needs N % 2 == 0" in str(e)
-    else:
-        assert e.chosen.endswith(chosen), str(e)
-
-
-def test_variant_budget():
-    """The installed packs hold a modest number of variants per op and arch (wheel size, build time)."""
-    ops = {o["op"]: o for o in tkreg.list_ops()}
-    for name in ("tkreg.silu_and_mul", "tkreg.swiglu", "tkreg.silu_and_mul_backward"):
-        for arch, keys in ops[name]["variants"].items():
-            assert 0 < len(keys) <= 16, (name, arch, len(keys))
+@pytest.mark.parametrize("op", OPS)
+def test_odd_widths_name_the_rule(op):
+    args = (torch.empty(5, 31, dtype=BF16),)
+    if op == "silu_and_mul_backward":   # dy[T, I], x[T, 2I]: no I makes 2I = 31
+        args = (torch.empty(5, 15, dtype=BF16), torch.empty(5, 31, dtype=BF16))
+    e = tkreg.explain(op, *args, arch="sm_90a")
+    assert e.chosen is None and any(why == "needs N % 2 == 0" for _, _, why in e.rows), str(e)
 
 
 @pytest.mark.parametrize("make, err, msg", [

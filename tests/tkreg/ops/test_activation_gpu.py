@@ -45,7 +45,7 @@ def test_silu_and_mul_matches_reference_exactly(t, i, dt, seed):
 def test_big_silu_and_mul_matches_reference_exactly(t, dt, seed):
     """The 3-tokens-a-thread kernel big calls take (T * N >= 3 * 2^25), ragged last row block too."""
     x = make_x(t, 7168, dt)
-    assert "rows=3" in tkreg.explain("silu_and_mul", x).chosen
+    assert "rows_per_thread=3" in tkreg.explain("silu_and_mul", x).chosen
     out = torch.full((t, 7168), NAN, dtype=dt, device=DEV)
     same(tkreg.ops.silu_and_mul(x, out=out), reference.silu_and_mul(x), f"silu_and_mul t={t} {dt}")
 

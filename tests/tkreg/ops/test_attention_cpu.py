@@ -1,4 +1,6 @@
-"""Flash attention without a GPU: dispatch, validation, and the reference's semantics."""
+"""Flash attention (fixed-length and varlen) without a GPU: the installed variants against
+kernels_src/attention's specs, TKREG_SKIP_VARIANTS, explain's reasons, validation, and the
+reference's semantics (paged decode: test_attention_paged_decode_cpu.py)."""
 from __future__ import annotations
 
 import math
@@ -20,32 +22,16 @@ def qkv(b=1, sq=16, sk=16, hq=8, hk=2, d=128, dt=BF16):
             torch.randn(b, sk, hk, d, dtype=dt))
 
 
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
-@pytest.mark.parametrize("dt", [BF16, FP16])
-@pytest.mark.parametrize("d", [64, 128])
-def test_dispatch_by_head_dim_and_dtype(arch, dt, d):
-    for causal in (False, True):
-        e = tkreg.explain("flash_attention", *qkv(d=d, dt=dt), causal=causal, arch=arch)
-        assert f"dim={d}," in e.chosen and f"dtype={str(dt)[6:]}" in e.chosen, str(e)
-        assert_kernel(e.chosen, arch, d)
-    cu = torch.tensor([0, 16], dtype=torch.int32)
-    q, k, v = (x[0] for x in qkv(d=d, dt=dt))
-    e = tkreg.explain("flash_attention_varlen", q, k, v, cu, cu, 16, 16, arch=arch)
-    assert "varlen=true" in e.chosen, str(e)
-    assert_kernel(e.chosen, arch, d)
+def test_wheel_ships_the_attention_specs(ships_the_specs):
+    ships_the_specs("attention")
 
 
-def assert_kernel(chosen, arch, d):
-    """sm_90a: the hand-written warp-specialized kernel, persistent, short softmax chains, the lazy
-    rescale at d64 only (docs/attention-tuning.md round 8), or at d64 the three-consumer tile
-    without it (fixed lengths, kernels_src/attention.py WIDE); sm_100a (no WGMMA): the tcgen05 one."""
-    if arch == "sm_90a" and "consumers=3" in chosen:
-        assert d == 64 and {"kernel=ws", "persistent=true", "tree=8", "lazy=0", "varlen=false"} <= set(chosen.split(","))
-    elif arch == "sm_90a":
-        want = {"kernel=ws", "persistent=true", "tree=8"} | ({"lazy=8"} if d == 64 else set())
-        assert want <= set(chosen.split(",")) and ("lazy=" in chosen) == (d == 64), chosen
-    else:
-        assert "kernel=tcgen05" in chosen, chosen
+def test_sm90_d64_has_the_three_consumer_tile(shipped):
+    """The 192-row d64 tile (three consumers) ships for fixed-length attention on sm_90a, both dtypes."""
+    keys = shipped["tkreg.flash_attention"]["variants"]["sm_90a"]
+    for dt in ("bfloat16", "float16"):
+        assert any({"consumers=3", "dim=64", f"dtype={dt}"} <= set(k.split(",")) for k in keys), (dt, keys)
+    assert not any("consumers=3" in k for k in shipped["tkreg.flash_attention_varlen"]["variants"]["sm_90a"])
 
 
 def test_skip_switch_routes_sm100_attention_to_the_tiled_kernel():
@@ -63,25 +49,12 @@ def test_skip_switch_routes_sm100_attention_to_the_tiled_kernel():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                          cwd=cwd).stdout
     fixed, varlen, hopper = out.split()
-    assert "kernel=tiled" in fixed and "kernel=tiled" in varlen and "kernel=ws" in hopper, out
+    assert "kernel=tiled" in fixed and "kernel=tiled" in varlen and "kernel=warp_specialized" in hopper, out
     env["TKREG_SKIP_VARIANTS"] = "kernel=tcgen05;kernel=tiled"   # nothing left for sm_100a: explain says why
     code = code.splitlines()[0:2] + ["print(tkreg.explain('flash_attention', q, k, k, arch='sm_100a'))"]
     out = subprocess.run([sys.executable, "-c", "\n".join(code)], env=env, capture_output=True, text=True,
                          check=True, cwd=cwd).stdout
     assert "no variant accepts" in out and "TKREG_SKIP_VARIANTS='kernel=tcgen05;kernel=tiled' removed" in out, out
-
-
-@pytest.mark.parametrize("sk, causal, three", [(16, False, True), (16, True, False), (16383, True, False),
-                                               (16384, True, True)])
-def test_d64_three_consumers_where_they_won(sk, causal, three):
-    """kernels_src/attention.py WIDE: d64 non-causal, or causal from 16384 keys (round 10)."""
-    keys = {o["op"]: o for o in tkreg.list_ops()}["tkreg.flash_attention"]["variants"]["sm_90a"]
-    if not any("consumers=3" in k for k in keys):
-        pytest.skip("the three-consumer tile is not in this build")
-    q, k, v = (torch.empty(1, 16, 8, 64, dtype=BF16), torch.empty(1, sk, 2, 64, dtype=BF16),
-               torch.empty(1, sk, 2, 64, dtype=BF16))
-    e = tkreg.explain("flash_attention", q, k, v, causal=causal, arch="sm_90a")
-    assert ("consumers=3" in e.chosen) == three, str(e)
 
 
 @pytest.mark.parametrize("make, why", [(lambda: qkv(hq=5, hk=3), "HQ % HK == 0"), (lambda: qkv(d=96), "D == ")])

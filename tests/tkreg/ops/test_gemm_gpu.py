@@ -1,8 +1,10 @@
-"""The GEMM family on a real GPU, from the installed wheel, against float64 products.
+"""Dense GEMMs (gemm, fp8_gemm) on a real GPU, from the installed wheel, against float64 products.
 
 Relative Frobenius error <= 2e-3 against the exact (float64) product: bf16 output rounding alone
 is ~1.6e-3, fp16 ~2e-4.  FP8: against the float64 product of the dequantized inputs (the GEMM's
 own error), and within DeepGEMM's `calc_diff` <= 1e-3 of the bf16 product (quantization included).
+The shape lists reach every shape class the wheel ships for sm_90a on a 132-SM GPU (H100 / H200);
+a test of each list checks that on the CPU through `tkreg.explain(..., sm_count=132)`.
 """
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import torch
 
 import tkreg
 from tkreg import reference
-from tkreg.reference import fp8 as ref8
+from tkreg.reference import quant as ref8
+from tkreg.spec import Variant
 
 pytestmark = pytest.mark.gpu
 BF16, FP16, FP8 = torch.bfloat16, torch.float16, torch.float8_e4m3fn
@@ -23,10 +26,8 @@ def rel_err(got, want):
     return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
 
 
-def picks(chosen: str, tile: str) -> bool:
-    """Every `name=value` of `tile` is one of the chosen variant key's parameters."""
-    have = set(chosen.split(","))
-    return all(p in have for p in tile.split(",") if p)
+def shape_class(key: str) -> str:
+    return Variant.parse_key(key)["shape_class"]
 
 
 def calc_diff(x, y):
@@ -35,23 +36,40 @@ def calc_diff(x, y):
     return (1 - 2 * (x * y).sum() / (x * x + y * y).sum()).item()
 
 
-# (M, N) per shape class on the H200 (132 SMs); kernels_src/gemm.py CLASSES
-CLASS_SHAPES = [(1, 1000, "block_M=16,"), (17, 4096, "block_M=32,"), (5, 16384, "block_N=256,"),
-                (64, 8192, "block_M=64,block_N=64,"), (128, 8192, "block_M=64,block_N=128,"),
-                (256, 8192, "block_K=64,block_M=128,block_N=128,mma=ws,"), (256, 7168, "block_N=112,mma=ws,"),
-                (1024, 4096, "block_M=128,block_N=256,mma=ws,"), (1024, 7168, "block_N=224,mma=ws,")]
+@pytest.mark.parametrize("m", [1, 37, 64, 65, 300, 4097])
+@pytest.mark.parametrize("n, k", [(256, 512), (1000, 264), (4096, 4096)])
+def test_gemm_matches_reference(m, n, k, seed):
+    a = torch.randn(m, k, dtype=BF16, device="cuda")
+    b = torch.randn(n, k, dtype=BF16, device="cuda")
+    out = torch.full((m, n), float("nan"), dtype=BF16, device="cuda")
+    y = ops.gemm(a, b, out=out)
+    assert not torch.isnan(y).any(), f"m={m} n={n} k={k}: unwritten outputs"
+    assert rel_err(y, a.double() @ b.double().t()) < 1e-2, f"m={m} n={n} k={k}"
+
+
+# (M, N): one shape per sm_90a shape class at 132 SMs, K not a multiple of any block_K
+CLASS_SHAPES = [(1, 1000), (17, 4096), (5, 16384), (64, 8192), (128, 8192), (256, 8192), (256, 7168),
+                (1024, 4096), (1024, 7168)]
+
+
+def class_k(m: int) -> int:
+    return 5128 if m < 1024 else 1032
+
+
+def test_class_shapes_reach_every_shipped_class(shipped_values):
+    reached = {shape_class(tkreg.explain("gemm", torch.empty(m, class_k(m), dtype=BF16),
+                                         torch.empty(n, class_k(m), dtype=BF16), arch="sm_90a", sm_count=132).chosen)
+               for m, n in CLASS_SHAPES}
+    assert reached == shipped_values("tkreg.gemm", "sm_90a", "shape_class")
 
 
 @pytest.mark.parametrize("dt", [BF16, FP16])
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("m, n, tile", CLASS_SHAPES)
-def test_gemm_every_class(m, n, tile, bias, dt, seed):
-    k = 5128 if m < 1024 else 1032   # not a multiple of any block_K
+@pytest.mark.parametrize("m, n", CLASS_SHAPES)
+def test_gemm_every_class(m, n, bias, dt, seed):
+    k = class_k(m)
     a, b = torch.randn(m, k, dtype=dt, device="cuda"), torch.randn(n, k, dtype=dt, device="cuda")
     c = torch.randn(n, dtype=dt, device="cuda") * 30 if bias else None
-    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
-        chosen = tkreg.explain("gemm", a, b, c).chosen
-        assert picks(chosen, tile + f",bias={str(bias).lower()}"), chosen
     out = torch.full((m, n), float("nan"), dtype=dt, device="cuda")
     y = ops.gemm(a, b, c, out=out)
     want = a.double() @ b.double().t() + (c.double() if bias else 0)
@@ -101,28 +119,32 @@ def dequantized_product(qa, sa, qb, sb):
     return ref8.dequant_groups(qa, sa).double() @ ref8.dequant_blocks(qb, sb).double().t()
 
 
+# (M, N, K): every sm_90a fp8_gemm shape class at 132 SMs, split-K and not, K ragged or whole blocks
+FP8_SHAPES = [(1, 1000, 8192), (3, 520, 128 * 200), (16, 5120, 1024), (16, 4096, 2048), (8, 20480, 512),
+              (16, 8192, 1152), (5, 7168, 1920), (37, 4096, 8320), (64, 1000, 8576), (37, 4096, 7168),
+              (17, 8200, 1024), (32, 28672, 640), (33, 8192, 1152), (64, 5120, 1920), (64, 28672, 512),
+              (48, 1000, 512), (200, 1000, 512), (128, 8192, 1024), (4097, 1024, 1024), (1000, 8192, 1920),
+              (4096, 8192, 640)]
+
+
+def fp8_operands(m, n, k):
+    """CPU stand-ins for explain: a[M, K], a_scale[M, K/128], b[N, K], b_scale[N/128, K/128]."""
+    kb = (k + 127) // 128
+    return (torch.empty(m, k, dtype=FP8), torch.empty(m, kb), torch.empty(n, k, dtype=FP8),
+            torch.empty((n + 127) // 128, kb))
+
+
+def test_fp8_shapes_reach_every_shipped_class(shipped_values):
+    reached = {shape_class(tkreg.explain("fp8_gemm", *fp8_operands(m, n, k), arch="sm_90a", sm_count=132).chosen)
+               for m, n, k in FP8_SHAPES}
+    assert reached == shipped_values("tkreg.fp8_gemm", "sm_90a", "shape_class")
+
+
 @pytest.mark.parametrize("layout", ["row", "colmajor"])
 @pytest.mark.parametrize("ue8m0", [False, True])
-@pytest.mark.parametrize("m, n, k, tile", [
-    (1, 1000, 8192, "block_tok=16,mma=ws,smem_scales=true,splits=3"), (3, 520, 128 * 200, "block_tok=16,mma=ws,splits=3"),
-    (16, 5120, 1024, "block_tok=16,mma=ws,splits=1"), (16, 4096, 2048, "block_tok=16,mma=ws,splits=1"),
-    (8, 20480, 512, "mma=ws,smem_scales=true,splits=1,swap_ab=true"),
-    (16, 8192, 1152, "mma=ws,smem_scales=true,splits=1,swap_ab=true"),
-    (5, 7168, 1920, "mma=ws,smem_scales=true,splits=1,swap_ab=true"),
-    (37, 4096, 8320, "block_tok=32,mma=ws,splits=2"), (64, 1000, 8576, "block_tok=32,mma=ws,splits=2"),
-    (37, 4096, 7168, "block_tok=32,mma=ws,splits=1"),
-    (17, 8200, 1024, "block_tok=32,mma=ws,splits=1"), (32, 28672, 640, "block_tok=32,mma=ws,splits=1"),
-    (33, 8192, 1152, "block_tok=64,mma=ws"), (64, 5120, 1920, "block_tok=64,mma=ws"),
-    (64, 28672, 512, "block_M=64,block_N=128,"),
-    (48, 1000, 512, "block_tok=32,mma=ws,splits=1"),
-    (200, 1000, 512, "block_M=64,block_N=64,"), (128, 8192, 1024, "block_M=64,block_N=128,"),
-    (4097, 1024, 1024, "block_M=128,mma=ws"), (1000, 8192, 1920, "block_M=128,mma=ws"),
-    (4096, 8192, 640, "block_M=128,mma=ws")])
-def test_fp8_gemm_matches_dequantized_product(m, n, k, tile, layout, ue8m0, seed):
+@pytest.mark.parametrize("m, n, k", FP8_SHAPES)
+def test_fp8_gemm_matches_dequantized_product(m, n, k, layout, ue8m0, seed):
     x, w, qa, sa, qb, sb = quantized(m, n, k, layout, ue8m0)
-    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
-        chosen = tkreg.explain("fp8_gemm", qa, sa, qb, sb).chosen
-        assert picks(chosen, tile), chosen
     if layout == "colmajor":
         assert sa.stride(0) == 1    # DeepGEMM's layout, read in place
     y = ops.fp8_gemm(qa, sa, qb, sb)

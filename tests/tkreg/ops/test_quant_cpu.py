@@ -1,5 +1,7 @@
-"""The quant family without a GPU: dispatch (explain), argument validation, reference semantics
-against independent numpy bit-level implementations of MXFP4 and E5M6."""
+"""Transpose, per-channel FP8, MXFP4, E5M6 and the dequant ops without a GPU: the installed variants
+against kernels_src/quant's specs, explain's reasons, argument validation, reference semantics
+against independent numpy bit-level implementations of MXFP4 and E5M6, and the typed functions
+through the reference fallback (FP8 token-group and block quantization: test_quant_fp8_cpu.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,81 +13,25 @@ from tkreg.reference import quant as ref
 
 BF16, FP16, FP8 = torch.bfloat16, torch.float16, torch.float8_e4m3fn
 ops = tkreg.ops
-OPS = {"batched_transpose": 11, "per_channel_quant_fp8": 2, "per_channel_quant_fp8_transpose": 2,
-       "silu_and_mul_per_channel_quant_fp8_transpose": 2, "silu_and_mul_backward_quant_fp8": 2,
-       "per_token_group_quant_fp4": 4, "per_token_group_dequant_fp4": 1, "quant_e5m6": 4,
-       "dequant_e5m6": 1, "group_dequant_fp8": 1, "per_channel_dequant_fp8": 1}
+OPS = ("batched_transpose", "per_channel_quant_fp8", "per_channel_quant_fp8_transpose",
+       "silu_and_mul_per_channel_quant_fp8_transpose", "silu_and_mul_backward_quant_fp8",
+       "per_token_group_quant_fp4", "per_token_group_dequant_fp4", "quant_e5m6", "dequant_e5m6",
+       "group_dequant_fp8", "per_channel_dequant_fp8")
 
 
-def test_family_is_registered_for_both_archs():
-    have = {o["op"]: o for o in tkreg.list_ops()}
-    for name, n in OPS.items():
-        assert have[f"tkreg.{name}"]["archs"] == ["sm_100a", "sm_90a"], name
-        for arch, keys in have[f"tkreg.{name}"]["variants"].items():
-            assert len(keys) == n, (name, arch, keys)
+def test_family_is_registered_for_both_archs(shipped):
+    for name in OPS:
+        assert shipped[f"tkreg.{name}"]["archs"] == ["sm_100a", "sm_90a"], name
+        assert all(shipped[f"tkreg.{name}"]["variants"].values()), name
 
 
-# ---- dispatch ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
-@pytest.mark.parametrize("dt, kernel", [(torch.uint8, "uint8"), (torch.float16, "float16"), (torch.int32, "int32")])
-def test_transpose_picks_the_element_size_kernel(dt, kernel, arch):
-    e = tkreg.explain("batched_transpose", torch.empty(2, 37, 5, dtype=dt), arch=arch)
-    assert e.chosen is not None and f"dtype={kernel}" in e.chosen, str(e)
+def test_wheel_ships_the_quant_specs(ships_the_specs):
+    """Every variant of kernels_src/quant (FP8 token-group and block ops included) is installed."""
+    specs = ships_the_specs("quant")
+    assert {f"tkreg.{n}" for n in OPS} <= set(specs)
 
 
-@pytest.mark.parametrize("dt, m, n, kind", [(FP16, 4096, 7168, "aligned"), (FP16, 4097, 7168, "unaligned, 128"),
-                                            (FP16, 7168, 4097, "unaligned"), (FP16, 4097, 7165, "unaligned"),
-                                            (torch.uint8, 4104, 64, "aligned"), (torch.uint8, 4100, 64, "unaligned, 128"),
-                                            (torch.uint8, 8, 24, "unaligned"), (torch.uint8, 32, 24, "unaligned"),
-                                            (torch.int32, 4100, 64, "aligned"), (torch.int32, 4098, 64, "unaligned"),
-                                            (torch.int32, 4098, 66, "unaligned")])
-def test_transpose_vectors_need_aligned_pitches(dt, m, n, kind):
-    """Plain 16-byte vectors along both pitches (8 / 16 / 4 elements of 2 / 1 / 4 bytes); else the
-    unaligned loads and stores, at 128 threads when only M is unaligned (1- and 2-byte elements)."""
-    e = tkreg.explain("batched_transpose", torch.empty(1, m, n, dtype=dt), arch="sm_90a")
-    got = "aligned" if "unaligned" not in e.chosen else "unaligned, 128" if "threads=128" in e.chosen else "unaligned"
-    assert got == kind, str(e)
-
-
-@pytest.mark.parametrize("dt, m, n, want, unwanted", [(FP16, 3000, 7168, "sector=1", None), (FP16, 24, 40, "sector=1", None),
-                                                      (FP16, 3008, 7168, "tile=64", "sector"),
-                                                      (torch.uint8, 4097, 7168, "any_m=1", None),
-                                                      (torch.uint8, 4096, 7168, None, "any_m"),
-                                                      (torch.uint8, 4097, 7160, "unaligned=1", "any_m")])
-def test_transpose_whole_sector_tiles(dt, m, n, want, unwanted):
-    """2-byte at M % 16 == 8 and 1-byte at odd M (N whole 16-byte vectors) take the tiles whose
-    pieces start and end on 32-byte sectors (kernels_src/quant.py)."""
-    e = tkreg.explain("batched_transpose", torch.empty(1, m, n, dtype=dt), arch="sm_90a")
-    assert e.chosen is not None and (want is None or want in e.chosen) and (unwanted is None or unwanted not in e.chosen), str(e)
-
-
-@pytest.mark.parametrize("name, args, chosen", [
-    ("per_channel_quant_fp8", (torch.empty(37, 7168, dtype=BF16),), "cs=1,cw=128,dtype=bfloat16,minb=3,pk=1,rpt=8"),
-    ("per_channel_quant_fp8_transpose", (torch.empty(1, 40, dtype=FP16),), "cw=128,dtype=float16,minb=3,pk=1,rpt=8,transpose=1"),
-    ("silu_and_mul_per_channel_quant_fp8_transpose", (torch.empty(5, 2 * 1408, dtype=BF16),),
-     "cs=1,cw=64,dtype=bfloat16,fsilu=1,minb=4,silu=1,transpose=1"),
-    ("per_token_group_quant_fp4", (torch.empty(2047, 7168, dtype=BF16),), "cs=1,dtype=bfloat16,packed=1"),
-    ("per_token_group_quant_fp4", (torch.empty(2048, 7168, dtype=BF16),), "cs=1,dtype=bfloat16,nt=2,packed=1"),
-    ("per_token_group_quant_fp4", (torch.empty(4095, 7168, dtype=FP16),), "dtype=float16"),
-    ("per_token_group_quant_fp4", (torch.empty(4096, 7168, dtype=FP16),), "cs=1,dtype=float16,nt=2"),
-    ("quant_e5m6", (torch.empty(3, 16384, dtype=FP16),), "dtype=float16,minb=3,threads=256,vecs=8"),
-    ("quant_e5m6", (torch.empty(3, 7168, dtype=BF16),), "dtype=bfloat16,threads=128,vecs=8"),
-    ("batched_transpose", (torch.empty(2, 64, 64, dtype=torch.uint8),), "cols=16,dtype=uint8,lanes=8,rows=16,threads=128"),
-    ("batched_transpose", (torch.empty(2, 72, 64, dtype=torch.uint8),), "cols=16,dtype=uint8,rows=8"),
-    ("batched_transpose", (torch.empty(2, 64, 64, dtype=FP16),), "dtype=float16,threads=256,tile=64"),
-    ("batched_transpose", (torch.empty(1, 3000, 7696, dtype=FP16, device="meta"),), "dtype=float16,sector=1,threads=256,tile=64"),
-    ("batched_transpose", (torch.empty(1, 3000, 7694, dtype=FP16, device="meta"),), "cols=8,dtype=float16,rows=8,unaligned=1"),
-    ("batched_transpose", (torch.empty(2, 64, 64, dtype=torch.int32),), "cols=4,dtype=int32,lanes=8,rows=4"),
-    ("per_token_group_dequant_fp4", (torch.empty(3, 64, dtype=torch.uint8), torch.empty(3, 4, dtype=torch.uint8)), "cs=1,raster=flat"),
-    ("dequant_e5m6", (torch.empty(3, 12, dtype=torch.uint8), torch.empty(3)), "raster=flat"),
-    ("group_dequant_fp8", (torch.empty(5, 256, dtype=FP8), torch.empty(2, 8).t()[:5]), "layout=group,raster=flat"),
-    ("per_channel_dequant_fp8", (torch.empty(300, 48, dtype=FP8), torch.empty(3, 48)), "layout=channel,raster=flat,unroll=4"),
-])
-def test_dispatch(name, args, chosen):
-    e = tkreg.explain(name, *args, arch="sm_90a")
-    assert e.chosen == chosen, str(e)
-
-
+# ---- what explain says where no variant serves the size -----------------------------------------
 @pytest.mark.parametrize("name, args, rule", [
     ("per_token_group_quant_fp4", (torch.empty(3, 48, dtype=BF16),), "K % 32 == 0"),
     ("quant_e5m6", (torch.empty(3, 16392, dtype=BF16),), "K % 8 == 0 and K <= 16384"),
@@ -185,7 +131,7 @@ def test_fp4_kernel_code_formula_matches_the_reference():
 
 
 def test_fp4_kernel_fp16x2_lines_match_the_reference():
-    """kernels_src/quant.py's e2m1: y to fp16 (cvt.rn), the min of 2a + 1024, a + 1026 and a / 2 + 1028
+    """kernels_src/quant/fp4.py's e2m1: y to fp16 (cvt.rn), the min of 2a + 1024, a + 1026 and a / 2 + 1028
     each rounded once to fp16 (fma.rn.f16x2), the code = the min's low 3 bits | the fp16 sign, equals
     the reference's compares for every fp16 |y| <= 6 (the kernel's y is exact in fp16 from 2^-14 up)
     and for fp32 values that fp16 rounds to zero or a subnormal."""

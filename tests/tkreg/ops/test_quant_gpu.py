@@ -1,8 +1,9 @@
-"""The quant family on a real GPU, from the installed wheel, against tkreg.reference.quant.
+"""Transpose, per-channel FP8, MXFP4, E5M6 and the dequant ops on a real GPU, from the installed
+wheel, against tkreg.reference.quant (FP8 token-group and block quantization: test_quant_fp8_gpu.py).
 
-Transpose, per-channel FP8, MXFP4, E5M6 and every dequant are bit-exact (codes and scales).  The
-SwiGLU ops use fast-math silu / sigmoid (kernels_src/fp8.py), so their tests allow one e4m3 step
-on at most 0.1% of codes and 1e-5 relative on scales.
+Bit-exact (codes and scales), except the SwiGLU ops: they use fast-math silu / sigmoid
+(kernels_src/quant/device.py), so their tests allow one e4m3 step on at most 0.1% of codes and
+1e-5 relative on scales.
 """
 from __future__ import annotations
 

@@ -1,0 +1,177 @@
+"""Dispatch follows the specs, for every op: the variant `tkreg.explain` picks (the launcher's C
+evaluator) is the one the manifest's rules, baked-in sizes, dtypes and priorities pick when read
+here in Python (`tkreg.expr.evaluate` over the sizes the call binds).  Cases are shapes only, no
+variant keys: a retune that moves a boundary or renames a key changes no line here.  A last test
+checks the cases reach every shipped variant, so a new variant needs a case that runs it.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tkreg
+from tkreg import expr
+from tkreg.runtime import RUNTIME
+
+SM = {"sm_90a": 132, "sm_100a": 148}   # an H100 / H200, a B200
+ARCHS = tuple(SM)
+
+
+def case(op, dtype="bfloat16", arch=None, absent=(), layouts=None, **sizes_and_scalars):
+    """One call of `op`: input tensors sized from the spec's dims (CPU, torch.empty), scalars by name,
+    optional inputs in `absent` left out, `layouts={tensor: "t"}` for a column-major view."""
+    return pytest.param(op, dtype, absent, layouts or {}, sizes_and_scalars, arch,
+                        id=f"{op}-{dtype}-" + "-".join(f"{k}{v}" for k, v in sizes_and_scalars.items())
+                        + (f"-no_{'_'.join(absent)}" if absent else "") + (f"-{arch}" if arch else ""))
+
+
+def _build(spec, dtype, absent, layouts, values):
+    """(args by tensor name, scalars): every present input tensor, floats of the op's dtype."""
+    roots, by = spec.dtype_roots(), {t.name: t for t in spec.tensors}
+    env = dict(values)
+    args = {}
+    for t in spec.tensors:
+        if not t.is_input or t.name in absent:
+            continue
+        root = by[roots[t.name]]
+        dt = root.dtype or (dtype if dtype in root.dtypes else root.dtypes[0])
+        shape = [int(expr.evaluate(p, env)) for p in t.dims()]
+        if layouts.get(t.name) == "t":
+            args[t.name] = torch.empty(shape[::-1], dtype=getattr(torch, dt)).t()
+        else:
+            args[t.name] = torch.empty(shape, dtype=getattr(torch, dt))
+    scalars = {s.name: values[s.name] for s in spec.scalars if s.name in values}
+    return args, scalars
+
+
+def accepted(entry, arch, args, scalars, sm_count) -> list:
+    """The candidates (priority order) whose kernels take the call's dtypes and whose every
+    constraint holds over the sizes the call binds; the spec's pick is the first."""
+    spec = entry.spec
+    env = {"SM_COUNT": sm_count}
+    for s in spec.scalars:
+        v = scalars.get(s.name, s.default)
+        if s.integral and v is not None:
+            env[s.name] = int(v)
+    for t in spec.tensors:
+        if not t.is_input:
+            continue
+        a = args.get(t.name)
+        if t.optional:
+            env[f"has_{t.name}"] = int(a is not None)
+        if a is None:
+            continue
+        for p, n in zip(t.dims(), a.shape):
+            if (sym := expr.scaled_symbol(p)) is not None:
+                env[sym[0]] = n // sym[1]
+        for d, st in zip(t.strides or (), a.stride()):
+            if isinstance(d, str) and expr.is_symbol(expr.parse(d)):
+                env[d] = st
+    dts = {n: str(a.dtype).removeprefix("torch.") for n, a in args.items()}
+    return [c for c in entry.candidates(arch)
+            if all(dts.get(n, want) == want for n, want in c.record.plan.dtypes)
+            and all(expr.evaluate(list(k.prog), env) for k in c.record.plan.constraints)]
+
+
+BF, FP, F8 = "bfloat16", "float16", "float8_e4m3fn"
+CASES = [
+    # norm: the hidden sizes, head-dim rows, the resident ranges, the two-pass kernel, no kernel (N % 8)
+    *[case(op, dt, M=3, N=n) for op in ("rms_norm", "fused_add_rms_norm") for dt in (BF, FP)
+      for n in (8, 64, 96, 128, 256, 1000, 1024, 2048, 2880, 3584, 4096, 5120, 6144, 7168, 8192, 16384, 16392, 1004)],
+    *[case("rms_norm_backward", dt, M=37, N=n) for dt in (BF, FP) for n in (8, 1024, 2048, 2880, 4096, 5120, 7168, 8192, 16392)],
+    # activation: vector width by N % 16, big and mid calls of silu_and_mul
+    *[case(op, dt, T=t, N=n) for op in ("silu_and_mul", "swiglu", "silu_and_mul_backward") for dt in (BF, FP)
+      for t, n in ((3, 4096), (3, 4098), (2048, 8192), (16384, 14336), (4096, 4096))],
+    *[case("rotary_embedding", dt, T=7, NQ=32 * d, NK=8 * d, P=4096, D=d) for dt in (BF, FP) for d in (64, 128, 96)],
+    # gemm: the shape classes on each arch, with and without bias
+    *[case("gemm", dt, arch=arch, absent=ab, M=m, N=n, K=k) for arch in ARCHS for dt in (BF, FP) for ab in ((), ("bias",))
+      for m, n, k in ((1, 1000, 256), (32, 4096, 256), (8, 16384, 256), (64, 8192, 256), (128, 8192, 256),
+                      (256, 8192, 256), (256, 7168, 256), (1024, 4096, 256), (2048, 7168, 256), (16384, 7168, 256),
+                      (100000, 8, 256), (1, 4096, 14336), (64, 2048, 8192), (1, 7168, 2048), (16, 8192, 8192),
+                      (1, 4096, 1024), (1, 28672, 4096), (4096, 4096, 4096))],
+    *[case("fp8_gemm", F8, arch=arch, M=m, N=n, K=k) for arch in ARCHS
+      for m, n, k in ((1, 4096, 14336), (16, 1000, 8192), (1, 4096, 4096), (16, 28672, 4096), (8, 5120, 1024),
+                      (17, 4096, 14336), (64, 4096, 8192), (32, 28672, 4096), (64, 4096, 4096), (33, 8192, 8192),
+                      (64, 5120, 2048), (64, 28672, 4096), (48, 1000, 512), (100, 1000, 512), (128, 8192, 1024),
+                      (4096, 8192, 640), (64, 2048, 8192), (1, 7168, 2048), (4096, 4096, 4096))],
+    *[case("grouped_gemm", dt, arch=arch, M=m, N=n, K=k, E=8) for arch in ARCHS for dt in (BF, FP)
+      for m, n, k in ((1024, 4096, 7168), (8192, 7168, 2048), (512, 512, 256))],
+    *[case("grouped_gemm_masked", dt, arch=arch, M=m, N=n, K=k, E=8) for arch in ARCHS for dt in (BF, FP)
+      for m, n, k in ((64, 4096, 7168), (256, 4096, 7168), (1024, 7168, 2048), (32, 512, 256))],
+    *[case("fp8_grouped_gemm", F8, arch=arch, M=m, N=n, K=k, E=8) for arch in ARCHS for m, n, k in ((1024, 4096, 7168),)],
+    *[case("fp8_grouped_gemm_masked", F8, arch=arch, M=m, N=n, K=k, E=8) for arch in ARCHS
+      for m, n, k in ((32, 4096, 7168), (64, 4096, 7168), (256, 4096, 7168))],
+    # attention: head dims, causal or not, short and long keys, GQA
+    *[case("flash_attention", dt, arch=arch, B=1, Sq=s, Sk=s, HQ=8, HK=hk, D=d, causal=c) for arch in ARCHS
+      for dt in (BF, FP) for d in (64, 128, 96) for c in (False, True) for s in (300, 16384) for hk in (2,)],
+    *[case("flash_attention_varlen", dt, arch=arch, TQ=700, TK=700, HQ=8, HK=2, D=d, NB=3, max_seqlen_q=400,
+           max_seqlen_k=400, causal=c) for arch in ARCHS for dt in (BF, FP) for d in (64, 128) for c in (False, True)],
+    *[case("paged_decode_attention", dt, B=b, HQ=hq, HK=8, D=d, NP=64, PS=ps, MP=mp) for dt in (BF, FP)
+      for d in (64, 128) for ps in (16, 64) for b, hq, mp in ((1, 32, 32), (8, 64, 4), (4, 8, 8))],
+    # quant: each op at an aligned size, at ragged ones, at big and small token counts
+    *[case(op, dt, M=m, K=k) for op in ("per_token_group_quant_fp8", "per_token_group_quant_fp8_colmajor",
+                                        "per_channel_quant_fp8", "per_channel_quant_fp8_transpose",
+                                        "per_token_group_quant_fp4", "quant_e5m6")
+      for dt in (BF, FP) for m, k in ((37, 7168), (4096, 7168), (16384, 7168), (2048, 7168), (600000, 128),
+                                       (3, 16384), (3, 16392), (3, 4104), (3, 64))],
+    *[case(op, dt, M=m, N=n) for op in ("silu_and_mul_quant_fp8", "silu_and_mul_quant_fp8_colmajor",
+                                        "silu_and_mul_per_channel_quant_fp8_transpose", "silu_and_mul_backward_quant_fp8")
+      for dt in (BF, FP) for m, n in ((37, 4096), (2048, 4096), (16384, 4096), (600000, 256), (3, 4352))],
+    *[case("per_block_quant_fp8", dt, N=n, K=k) for dt in (BF, FP) for n, k in ((4096, 7168), (300, 1040), (3, 8))],
+    *[case("per_token_group_dequant", F8, M=m, K=k) for m, k in ((37, 7168), (600000, 128))],
+    *[case("per_block_dequant", F8, N=n, K=k) for n, k in ((4096, 7168), (300, 1040), (600000, 128))],
+    *[case(op, F8, R=r, C=c) for op in ("group_dequant_fp8", "per_channel_dequant_fp8") for r, c in ((37, 7168), (4096, 4104))],
+    case("group_dequant_fp8", F8, layouts={"s": "t"}, R=37, C=7168),
+    *[case("per_token_group_dequant_fp4", "uint8", M=m, H=h) for m, h in ((37, 7168), (3, 64))],
+    *[case("dequant_e5m6", "uint8", M=m, P=p) for m, p in ((37, 10752), (3, 12))],
+    *[case("batched_transpose", dt, B=b, M=m, N=n) for dt in ("uint8", "float16", "int32")
+      for b, m, n in ((2, 64, 64), (1, 4096, 7168), (1, 4097, 7168), (1, 3000, 7168), (1, 4112, 7168),
+                      (3, 3000, 264), (1, 72, 24), (2, 1024, 7168), (1, 4098, 7168), (1, 4098, 7170), (1, 37, 24))],
+    # moe: gate sizes, grouped gates, the token movers
+    *[case("topk_gate", dt, absent=ab, T=t, E=e, k=8) for dt in ("float32", BF) for ab in ((), ("bias",))
+      for t, e in ((37, 64), (37, 128), (37, 256), (37, 512), (4096, 128))],
+    *[case("group_limited_topk_gate", dt, absent=ab, T=37, E=e, k=8, n_groups=8, topk_groups=4, n_out=8)
+      for dt in ("float32", BF) for ab in ((), ("mask",), ("bias", "mask")) for e in (64, 256, 512)],
+    case("moe_mapping", "int32", T=37, K=8, E=64, alignment=128, R=37 * 8 + 64 * 127),
+    case("expert_counts", "int32", T=37, K=8, E=64),
+    *[case(op, dt, T=37, H=7168, K=8, R=512, E=8) for op, dt in (("moe_expand", BF), ("moe_expand_fp8", F8),
+                                                                   ("moe_expand_fp8_colmajor", F8))],
+    *[case("moe_combine", BF, absent=ab, R=512, H=h, T=t, K=k) for ab in ((), ("shared",))
+      for t, h, k in ((37, 7168, 8), (129, 7168, 8), (9, 7168, 12), (4096, 7168, 8), (64, 2048, 8))],
+]
+
+
+def _routes(op, dtype, absent, layouts, values, only_arch):
+    """[(arch, accepted candidates, the call's inputs, scalars)] for one case, on each arch the op ships for."""
+    entry = RUNTIME.registry.entry(op)
+    args, scalars = _build(entry.spec, dtype, absent, layouts, values)
+    ins = [args.get(t.name) for t in entry.spec.tensors if t.is_input]
+    return [(arch, accepted(entry, arch, args, scalars, SM[arch]), ins, scalars)
+            for arch in ((only_arch,) if only_arch else tuple(a for a in ARCHS if a in entry.archs()))]
+
+
+@pytest.mark.parametrize("op, dtype, absent, layouts, values, only_arch", CASES)
+def test_dispatch_follows_the_spec(op, dtype, absent, layouts, values, only_arch):
+    for arch, ok, ins, scalars in _routes(op, dtype, absent, layouts, values, only_arch):
+        e = tkreg.explain(op, *ins, arch=arch, sm_count=SM[arch], **scalars)
+        want = ok[0].key if ok else None
+        assert e.chosen == want, f"{arch}: the launcher chose {e.chosen}, the spec reads {want}\n{e}"
+
+
+def test_the_cases_reach_every_shipped_variant():
+    """Every variant the wheel ships for sm_90a and sm_100a is the spec's pick for some case above,
+    or a fallback: accepted where every variant above it accepts exactly the same calls (it runs
+    when TKREG_SKIP_VARIANTS removes them, as the tiled attention kernel under tcgen05)."""
+    reached = {}
+    for c in CASES:
+        op = c.values[0]
+        for arch, ok, _, _ in _routes(*c.values):
+            got = reached.setdefault((RUNTIME.registry.entry(op).spec.name, arch), set())
+            same = [k.text for k in ok[0].record.plan.constraints] if ok else None
+            for i, cand in enumerate(ok):
+                if i == 0 or all([k.text for k in o.record.plan.constraints] == same for o in ok[:i + 1]):
+                    got.add(cand.key)
+    missing = [f"{o['op']} @ {arch}: {key}" for o in tkreg.list_ops() if o["op"].startswith("tkreg.")
+               for arch in ARCHS for key in o["variants"].get(arch, ())
+               if key not in reached.get((o["op"], arch), ())]
+    assert not missing, "no case above reaches these variants; add a shape that runs each:\n  " + "\n  ".join(missing)

@@ -55,19 +55,26 @@ def _lit(v, typ):
     return repr(float(v)) if typ.startswith("float") else str(int(v))
 
 
-def fake_outputs(spec: OpSpec, kw: dict):
-    """Outputs' shapes from the spec's expressions over the inputs' (possibly symbolic) sizes."""
-    import torch
-    env, first = {}, None
-    for scaled in (False, True):   # as the launcher binds: bare symbols first, then `k * S`
+def size_env(spec: OpSpec, kw: dict) -> dict:
+    """The size symbols the given input tensors bind (`kw`: name -> tensor or None), as the
+    launcher binds them: bare symbols first, then `k * S` dims as S = dim // k."""
+    env: dict = {}
+    for scaled in (False, True):
         for t in spec.tensors:
             x = kw.get(t.name)
             if t.is_input and x is not None:
-                first = first if first is not None else x
                 for d, p in zip(x.shape, t.dims()):
                     s = expr.scaled_symbol(p)
                     if s and (s[1] > 1) == scaled and s[0] not in env:
                         env[s[0]] = d // s[1]
+    return env
+
+
+def fake_outputs(spec: OpSpec, kw: dict):
+    """Outputs' shapes from the spec's expressions over the inputs' (possibly symbolic) sizes."""
+    import torch
+    first = next(kw[t.name] for t in spec.tensors if t.is_input and kw.get(t.name) is not None)
+    env = size_env(spec, kw)
     env.update({s.name: kw[s.name] for s in spec.scalars if s.integral})
     roots = spec.dtype_roots()
     outs = []

@@ -12,6 +12,7 @@ import torch
 import tkreg
 from tkreg import expr
 from tkreg.runtime import RUNTIME
+from tkreg.torch_library import size_env
 
 SM = {"sm_90a": 132, "sm_100a": 148}   # an H100 / H200, a B200
 ARCHS = tuple(SM)
@@ -48,7 +49,7 @@ def accepted(entry, arch, args, scalars, sm_count) -> list:
     """The candidates (priority order) whose kernels take the call's dtypes and whose every
     constraint holds over the sizes the call binds; the spec's pick is the first."""
     spec = entry.spec
-    env = {"SM_COUNT": sm_count}
+    env = {"SM_COUNT": sm_count, **size_env(spec, args)}
     for s in spec.scalars:
         v = scalars.get(s.name, s.default)
         if s.integral and v is not None:
@@ -61,9 +62,6 @@ def accepted(entry, arch, args, scalars, sm_count) -> list:
             env[f"has_{t.name}"] = int(a is not None)
         if a is None:
             continue
-        for p, n in zip(t.dims(), a.shape):
-            if (sym := expr.scaled_symbol(p)) is not None:
-                env[sym[0]] = n // sym[1]
         for d, st in zip(t.strides or (), a.stride()):
             if isinstance(d, str) and expr.is_symbol(expr.parse(d)):
                 env[d] = st

@@ -13,7 +13,8 @@ __version__ = "0.1.0"
 from . import errors  # noqa: E402
 from .errors import LaunchError, NoKernelError, PackError, SpecError, UnsupportedDeviceError  # noqa: E402
 
-_LAZY = {"call": "api", "explain": "api", "list_ops": "api", "register_pack": "api"}
+_LAZY = {"call": "api", "explain": "api", "list_ops": "api", "register_pack": "api",
+         "kernelize": "integrations.transformers"}   # imports transformers on first use only
 
 
 def __getattr__(name):  # PEP 562: the run time is imported on first use, not by `import tkreg.spec`
@@ -32,5 +33,5 @@ def register_torch_ops() -> list[str]:
     return RUNTIME.register_torch()
 
 
-__all__ = ["ops", "call", "explain", "list_ops", "register_pack", "register_torch_ops", "errors",
+__all__ = ["ops", "call", "explain", "kernelize", "list_ops", "register_pack", "register_torch_ops", "errors",
            "LaunchError", "NoKernelError", "PackError", "SpecError", "UnsupportedDeviceError", "__version__"]

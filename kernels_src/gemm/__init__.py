@@ -9,6 +9,8 @@
               out rows of expert e = a rows of e @ b[e]^T, contiguous (segments at multiples of 128
               rows, group_offsets[E + 1]) or masked (a[E, Mmax, K], counts[E]: DeepEP low-latency);
               rows outside every segment are never written.
+- swiglu.py   tkreg.gemm_swiglu: out[M, N/2] = silu(a @ gate^T) * (a @ up^T) from the packed gate_up
+              weight (tkreg.ops.pack_gate_up), the SwiGLU in the GEMM's epilogue; sm_90a.
 - split_k.py  split-K (fp32 partials in the op's `workspace`, summed in split order) and its reduce kernel.
 - classes.py  the shape-class rules (`tkreg.explain` shows which class a call gets).
 - tiles/      the tile bodies: sm_90a warp-specialized bf16 and FP8 tiles (producer warpgroup +
@@ -23,5 +25,6 @@ Tuning history and measured tables: docs/gemm-tuning.md.
 from .dense import SPECS as _DENSE
 from .fp8 import SPECS as _FP8
 from .grouped import SPECS as _GROUPED
+from .swiglu import SPECS as _SWIGLU
 
-SPECS = _DENSE + _FP8 + _GROUPED
+SPECS = _DENSE + _FP8 + _GROUPED + _SWIGLU

@@ -26,8 +26,8 @@ def _rounds(bm: int, bn: int) -> str:
     return f"(({tile_count(bm, bn)} + SM_COUNT - 1) // SM_COUNT)"
 
 
-def best_width(w: int) -> str:
+def best_width(w: int, widths=tuple(WIDTHS)) -> str:
     """Rule: the 128-row warp-specialized tile of width w fills the SMs and has the best score of
-    WIDTHS."""
+    the `widths` (of WIDTHS) an op ships."""
     return " and ".join([fills(128, w)] + [f"{WIDTHS[w] * v} * {_rounds(128, v)} >= {WIDTHS[v] * w} * {_rounds(128, w)}"
-                                           for v in WIDTHS if v != w])
+                                           for v in widths if v != w])

@@ -28,12 +28,17 @@ from .split_k import reduce_splits, split_k_classes
 from .tiles import PASS_CONFIGS
 
 
-def gemm_kernel(block_M: int, block_N: int, block_K: int, stages: int, threads: int,
-                swap_ab: bool = False, bias: bool = False, dtype: str = "bfloat16"):
-    """The pipelined tile (T.Pipelined K loop, WGMMA); swap_ab: out^T = b @ a^T (decode)."""
-    import tilelang.language as T
+def pipelined_body(T, M, N, K, block_M: int, block_N: int, block_K: int, stages: int, threads: int,
+                   swap_ab: bool = False, bias: bool = False, dtype: str = "bfloat16", swiglu: bool = False):
+    """The pipelined tile (T.Pipelined K loop, WGMMA), a macro `body(a, b, bias or None, out)`;
+    swap_ab: out^T = b @ a^T (decode); swiglu: out[M, N / 2] pairs b's interleaved gate / up rows
+    (tiles.swiglu_column) through the SwiGLU epilogue (tkreg.gemm_swiglu, kernels_src/gemm/swiglu.py)."""
+    from .tiles import GROUP, swiglu_column, swiglu_value
+    assert not (bias and swiglu)
 
-    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
+    def out_column(n):
+        """out's column of accumulator column n (a tile's first)."""
+        return n // 2 if swiglu else n
 
     @T.macro
     def body(a, b, bias_, out):
@@ -48,14 +53,22 @@ def gemm_kernel(block_M: int, block_N: int, block_K: int, stages: int, threads: 
                     T.copy(a[m0, k * block_K], a_s)
                     T.copy(b[n0, k * block_K], b_s)
                     T.gemm(b_s, a_s, acc, transpose_B=True)
-                for i, j in T.Parallel(block_N, block_M):
-                    if m0 + j < M and n0 + i < N:
-                        if bias:
-                            out[m0 + j, n0 + i] = T.cast(acc[i, j] + T.cast(bias_[n0 + i], "float32"), dtype)
-                        else:
-                            out[m0 + j, n0 + i] = T.cast(acc[i, j], dtype)
+                if swiglu:
+                    gate = T.alloc_fragment((block_N // 2, block_M), "float32")
+                    for i, j in T.Parallel(block_N // 2, block_M):
+                        gate[i, j] = acc[swiglu_column(i), j]
+                    for i, j in T.Parallel(block_N // 2, block_M):
+                        if m0 + j < M and n0 // 2 + i < N // 2:
+                            out[m0 + j, n0 // 2 + i] = swiglu_value(T, gate[i, j], acc[swiglu_column(i) + GROUP, j], dtype)
+                else:
+                    for i, j in T.Parallel(block_N, block_M):
+                        if m0 + j < M and n0 + i < N:
+                            if bias:
+                                out[m0 + j, n0 + i] = T.cast(acc[i, j] + T.cast(bias_[n0 + i], "float32"), dtype)
+                            else:
+                                out[m0 + j, n0 + i] = T.cast(acc[i, j], dtype)
             else:
-                c_s = T.alloc_shared((block_M, block_N), dtype)
+                c_s = T.alloc_shared((block_M, out_column(block_N)), dtype)
                 acc = T.alloc_fragment((block_M, block_N), "float32")
                 T.use_swizzle(panel_size=10)
                 T.clear(acc)
@@ -63,12 +76,29 @@ def gemm_kernel(block_M: int, block_N: int, block_K: int, stages: int, threads: 
                     T.copy(a[m0, k * block_K], a_s)
                     T.copy(b[n0, k * block_K], b_s)
                     T.gemm(a_s, b_s, acc, transpose_B=True)
-                if bias:
-                    for i, j in T.Parallel(block_M, block_N):
-                        acc[i, j] += T.cast(bias_[T.min(n0 + j, N - 1)], "float32")
-                T.copy(acc, c_s)
-                T.copy(c_s, out[m0, n0])  # TMA store, clipped at the edges
+                if swiglu:
+                    gate = T.alloc_fragment((block_M, block_N // 2), "float32")
+                    for i, j in T.Parallel(block_M, block_N // 2):
+                        gate[i, j] = acc[i, swiglu_column(j)]
+                    for i, j in T.Parallel(block_M, block_N // 2):
+                        c_s[i, j] = swiglu_value(T, gate[i, j], acc[i, swiglu_column(j) + GROUP], dtype)
+                else:
+                    if bias:
+                        for i, j in T.Parallel(block_M, block_N):
+                            acc[i, j] += T.cast(bias_[T.min(n0 + j, N - 1)], "float32")
+                    T.copy(acc, c_s)
+                T.copy(c_s, out[m0, out_column(n0)])  # TMA store, clipped at the edges
 
+    return body
+
+
+def gemm_kernel(block_M: int, block_N: int, block_K: int, stages: int, threads: int,
+                swap_ab: bool = False, bias: bool = False, dtype: str = "bfloat16"):
+    """The pipelined tile (`pipelined_body`) in the op's signature."""
+    import tilelang.language as T
+
+    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
+    body = pipelined_body(T, M, N, K, block_M, block_N, block_K, stages, threads, swap_ab, bias, dtype)
     return gemm_prim_func(T, body, M, N, K, dtype, bias)
 
 

@@ -53,7 +53,7 @@ def _threads(n: int) -> int:
 
 
 def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, preload_weight: int = 0, n: int = 0,
-                  rows_per_thread: int = 1, threads_per_row: int = 0):
+                  rows_per_thread: int = 1, threads_per_row: int = 0, heads: bool = False):
     """rms_norm / fused_add_rms_norm for a symbolic N (N % 8 == 0), or for N = n when n > 0; one
     CTA per rows_per_thread * threads / threads_per_row rows.
 
@@ -62,17 +62,25 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, preload
     preload_weight: the weight slices load with the row, before the reduction's barrier (resident
     rows only).  rows_per_thread: resident rows a thread (every row's loads first, one barrier for
     all their sums).  threads_per_row < threads (resident rows, a power of two <= 32): each row's
-    sum reduced by shuffles within its lane group, no barrier.
+    sum reduced by shuffles within its lane group, no barrier.  heads: rms_norm_heads, row r being
+    head r % H of token r // H of a strided x[T, H, N] (out[T, H, N] contiguous).
     """
     import tilelang.language as T
 
     wpre, rows = preload_weight, rows_per_thread
     assert not wpre or max_n, "preload_weight: resident rows only"
     assert rows == 1 or max_n, "rows_per_thread: resident rows only"
+    assert not heads or (max_n and not fused), "heads: resident rows of rms_norm only"
     lanes = threads_per_row or threads
     group = threads // lanes                     # rows side by side in a CTA
     assert group == 1 or (max_n and lanes <= 32 and lanes & (lanes - 1) == 0), "threads_per_row: resident rows, 2^k <= 32"
-    M, N = T.dynamic("M"), (n or T.dynamic("N"))
+    N = n or T.dynamic("N")
+    if heads:
+        Tn, H = T.dynamic("T"), T.dynamic("H")
+        st, sh = T.dynamic("st", "int64"), T.dynamic("sh")
+        M = Tn * H
+    else:
+        M = T.dynamic("M")
     vec, warps, f32 = VEC, threads // 32, "float32"
     chunk = lanes * vec                          # columns one 16-byte slot per thread covers
     slots = max_n // chunk if max_n else UNROLL
@@ -80,7 +88,10 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, preload
     @T.macro
     def load(x, residual, a, b, row, col, i):
         for v in T.vectorized(vec):
-            a[i, v] = x[row, col + v]
+            if heads:
+                a[i, v] = x[row // H, row % H, col + v]
+            else:
+                a[i, v] = x[row, col + v]
         if fused:
             for v in T.vectorized(vec):
                 b[i, v] = residual[row, col + v]
@@ -103,8 +114,14 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, preload
                 w[0, v] = weight[col + v]
         for v in T.unroll(vec):
             a[i, v] = T.cast(T.cast(a[i, v], f32) * r * T.cast(w[wi, v], f32), dtype)
-        for v in T.vectorized(vec):
-            out[row, col + v] = a[i, v]
+        if heads:                                # token and head in 32 bits (the 64-bit address divided)
+            tok = T.alloc_var("int32")
+            tok = row // H
+            for v in T.vectorized(vec):
+                out[tok, row - tok * H, col + v] = a[i, v]
+        else:
+            for v in T.vectorized(vec):
+                out[row, col + v] = a[i, v]
 
     def lane_of(tx):                             # a thread's place in its row
         return tx % lanes if group > 1 else tx
@@ -117,6 +134,10 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, preload
         with T.Kernel(T.ceildiv(M, rows * group), threads=threads) as bx:
             if not n:
                 T.assume(N % vec == 0)
+            if heads:                            # the rule: 16-byte rows (H = 0 launches nothing)
+                T.assume(H > 0)
+                T.assume(st % vec == 0)
+                T.assume(sh % vec == 0)
             tx = T.get_thread_binding()
             lane = lane_of(tx)
             red = T.alloc_shared((rows, warps), f32) if group == 1 else None
@@ -178,6 +199,13 @@ def _any_n_kernel(dtype: str, threads: int, fused: bool, max_n: int = 0, preload
                             for v in T.vectorized(vec):
                                 a[0, v] = (residual if fused else x)[bx, it * chunk + tx * vec + v]
                             scale_store(a, 0, 0, weight, out, bx, it * chunk + tx * vec, r, w)
+
+    if heads:
+        @T.prim_func
+        def rms_norm_heads(x: T.StridedTensor((Tn, H, N), (st, sh, 1), dtype), weight: T.Tensor((N,), dtype),
+                           out: T.Tensor((Tn, H, N), dtype), eps: T.float32):
+            run(x, None, weight, out, eps)
+        return rms_norm_heads
 
     if fused:
         @T.prim_func

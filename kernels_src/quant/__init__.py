@@ -19,6 +19,8 @@ Modules and sizes served (token dims run-time everywhere, M = 0 launches nothing
 NoKernelError, or run the torch reference with TKREG_FALLBACK=reference):
 - fp8_group: per_token_group_quant_fp8[_colmajor] (K % 128 == 0), silu_and_mul_quant_fp8[_colmajor]
   (N = 2I, I % 128 == 0), per_block_quant_fp8 (any N, K % 16 == 0).
+- rms_norm_fp8: rms_norm_quant_fp8 / fused_add_rms_norm_quant_fp8 (the norm that feeds an FP8
+  GEMM, its bf16 output quantized per 1x128 group in the same kernel; N % 128 == 0, N <= 16384, bf16).
 - fp8_dequant: per_token_group_dequant (K % 128 == 0), per_block_dequant (K % 16 == 0),
   group_dequant_fp8 (scales at any strides) and per_channel_dequant_fp8 (C % 8 == 0).
 - per_channel: per_channel_quant_fp8[_transpose] (K % 8 == 0),
@@ -36,7 +38,8 @@ from .fp4 import SPECS as _FP4
 from .fp8_dequant import SPECS as _FP8_DEQUANT
 from .fp8_group import SPECS as _FP8_GROUP
 from .per_channel import SPECS as _PER_CHANNEL
+from .rms_norm_fp8 import SPECS as _RMS_NORM_FP8
 from .swiglu_backward import SPECS as _SWIGLU_BACKWARD
 from .transpose import SPECS as _TRANSPOSE
 
-SPECS = _FP8_GROUP + _FP8_DEQUANT + _TRANSPOSE + _PER_CHANNEL + _SWIGLU_BACKWARD + _FP4 + _E5M6
+SPECS = _FP8_GROUP + _RMS_NORM_FP8 + _FP8_DEQUANT + _TRANSPOSE + _PER_CHANNEL + _SWIGLU_BACKWARD + _FP4 + _E5M6

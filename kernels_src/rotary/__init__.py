@@ -14,9 +14,15 @@ Sizes served: D = 64 and 128 (static), bf16/fp16; HQ = NQ / D and HK = NK / D ar
 time (rule: NQ and NK positive multiples of D, P > 0).  Other head dims: no variant
 (NoKernelError, or the torch reference with TKREG_FALLBACK=reference).
   embedding.py   the kernel (layout in its docstring) and the spec
+  qk_norm_rope_cache.py   qk-norm (optional) + rotary of q and k read as strided views (a fused
+                 qkv output), k and v written into a paged NHD cache through a slot mapping
+                 (optional), one launch; q_out, k_out returned contiguous (docs/rotary-tuning.md)
 Tuning: the first layout ships unswept; bench rows (86-95% of copy at 16384 tokens, H200):
 BENCHMARKS.md.
 """
-from .embedding import SPECS
+from .embedding import SPECS as _EMBEDDING
+from .qk_norm_rope_cache import SPECS as _QK_NORM_ROPE_CACHE
+
+SPECS = _EMBEDDING + _QK_NORM_ROPE_CACHE
 
 __all__ = ["SPECS"]

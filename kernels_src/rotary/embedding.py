@@ -10,6 +10,8 @@ before the (dependent) cache loads; no shared memory, one pass.
 from kernels_src.common import DTYPES
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 
+from .rotation import rotation
+
 HEAD_DIMS = (64, 128)
 HEADS, THREADS = 2, 128     # heads a thread; threads a CTA
 
@@ -22,22 +24,8 @@ def rotary_kernel(D: int, dtype: str):
 
     Tn, NQ, NK, P = T.dynamic("T"), T.dynamic("NQ"), T.dynamic("NK"), T.dynamic("P")
     HQ, HK = NQ // D, NK // D
-    S, H = D // 16, D // 2         # threads per head; half the head
-    f32 = "float32"
-
-    def parts(neox: bool, s):
-        """Offsets within a head of this thread's two 8-element vectors (a, b)."""
-        return (s * 8, H + s * 8) if neox else (s * 16, s * 16 + 8)
-
-    @T.macro
-    def rot(a, ia, b, ib, cs, sn, i):
-        """(x1, x2) = (a[ia], b[ib]) <- (x1*c - x2*s, x2*c + x1*s), c/s = pair i; fp32, one rounding."""
-        x1 = T.cast(a[ia], f32)
-        x2 = T.cast(b[ib], f32)
-        c = T.cast(cs[i], f32)
-        s = T.cast(sn[i], f32)
-        a[ia] = T.cast(T.ieee_sub(T.ieee_mul(x1, c), T.ieee_mul(x2, s)), dtype)
-        b[ib] = T.cast(T.ieee_add(T.ieee_mul(x2, c), T.ieee_mul(x1, s)), dtype)
+    S = D // 16                    # threads per head
+    parts, rotate = rotation(T, D, dtype, heads)
 
     @T.macro
     def body(positions, x, nh, cache, t, h0, s, neox: bool):
@@ -55,21 +43,7 @@ def rotary_kernel(D: int, dtype: str):
                     xa[j, e] = x[t, (h0 + j) * D + lo + e]
                 for e in T.vectorized(8):
                     xb[j, e] = x[t, (h0 + j) * D + hi + e]
-        pos = T.alloc_var("int32")
-        pos = T.cast(T.max(T.min(p, T.cast(P - 1, "int64")), T.int64(0)), "int32")
-        for e in T.vectorized(8):
-            cs[e] = cache[pos, s * 8 + e]
-        for e in T.vectorized(8):
-            sn[e] = cache[pos, H + s * 8 + e]
-        for j in T.unroll(heads):
-            if neox:
-                for e in T.unroll(8):
-                    rot(xa, (j, e), xb, (j, e), cs, sn, e)
-            else:
-                for e in T.unroll(4):
-                    rot(xa, (j, 2 * e), xa, (j, 2 * e + 1), cs, sn, e)
-                for e in T.unroll(4):
-                    rot(xb, (j, 2 * e), xb, (j, 2 * e + 1), cs, sn, 4 + e)
+        rotate(cache, P, p, s, xa, xb, cs, sn, neox)
         for j in T.unroll(heads):
             if h0 + j < nh:
                 for e in T.vectorized(8):

@@ -125,7 +125,7 @@ def cold_start_ms(runs=7) -> tuple[float, float]:
 
 
 # One module per op family, each with `cases(quick, ceiling, progress) -> list[Row]`.
-FAMILIES = ("norm", "gemm", "activation", "rotary", "fp8", "quant", "attention", "paged_attention", "grouped_gemm", "moe", "moe_layer")
+FAMILIES = ("norm", "gemm", "activation", "rotary", "fp8", "quant", "attention", "paged_attention", "grouped_gemm", "moe", "moe_layer", "engram")
 
 
 def _family(name):
@@ -221,8 +221,18 @@ def _above(res: dict) -> dict:
     return res.get("host_above_us") or {k: v - h[DRIVER] for k, v in h.items() if k != GPU_TIME}
 
 
-def markdown(res: dict, jit: dict | None = None) -> str:
-    """BENCHMARKS.md from a results JSON."""
+def model_section(models: list) -> list:
+    """BENCHMARKS.md's first tables: whole models, from `tkreg.bench.decoder` / `.models` JSONs."""
+    out = ["## Models\n"]
+    for m in models:
+        out += [f"**{m['title']}** — {m['date']} on {m['gpu']}, torch {m['torch']}: `{m['command']}`\n",
+                "| " + " | ".join(m["header"]) + " |", "|" + "---|" * len(m["header"])]
+        out += ["| " + " | ".join(str(c) for c in r) + " |" for r in m["rows"]] + [""]
+    return out
+
+
+def markdown(res: dict, jit: dict | None = None, models: list | None = None) -> str:
+    """BENCHMARKS.md from a results JSON (and model-level JSONs, shown first)."""
     h = res["host_us"]
     out = ["# Benchmarks\n",
            f"Last run: {res['date']} on {res['gpu']} (driver {res['driver']}, torch {res['torch']}, CUDA {res['cuda']}, "
@@ -230,7 +240,7 @@ def markdown(res: dict, jit: dict | None = None) -> str:
            f"Command: `{res['command']} --json results.json` then `python -m tkreg.bench results.json > BENCHMARKS.md`.\n",
            f"Ratios are peer time / tkreg time (> 1: tkreg is faster), measured in the same process. "
            f"Memory ceiling (device copy, read + write): **{res['copy_gbs']:.0f} GB/s**.\n",
-           ]
+           ] + (model_section(models) if models else [])
     out += ["## At a glance\n", "Per op, over its cases: tkreg's share of the copy ceiling (memory-bound ops) or its rate, "
             "and each peer's time over tkreg's (> 1: tkreg is faster).\n"] + summary(res) + [""]
     if res.get("runs"):   # a table merged from several runs (`merge`): say which rows came from which

@@ -1,5 +1,6 @@
 """GEMMs beside their peers: bf16 vs cuBLAS (`torch.matmul`), FP8 block-scaled vs `torch._scaled_mm`
-(rowwise scales; and torch's own 1x128 / 128x128 blockwise path where the installed torch has one).
+(rowwise scales; and torch's own 1x128 / 128x128 blockwise path where the installed torch has one),
+gemm_swiglu vs the unfused GEMM + silu_and_mul paths.
 
 Compute-bound shapes report TFLOP/s; decode shapes (M <= 64) report GB/s over the weight bytes,
 % of the measured copy bandwidth, and a same-size copy beside them.  Every time is `queued_ms`
@@ -9,7 +10,7 @@ heats hits all alike.
 """
 from __future__ import annotations
 
-from .timing import COPY, Row, copy_ms, queued_ms, queued_ms_paired, rotations, try_ms, need_torch
+from .timing import COPY, Row, compiled, copy_ms, queued_ms, queued_ms_paired, rotations, try_ms, need_torch
 
 PREFILL = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 7168, 2048), (4096, 28672, 4096), (4096, 4096, 14336)]
 MID = [(m, n, k) for m in (128, 256, 512, 1024, 2048) for n, k in ((8192, 8192), (7168, 2048), (4096, 14336))]
@@ -82,6 +83,40 @@ def fp8_cases(shapes, ceiling, progress):
     return rows
 
 
+# (M, I, K): an 8B MLP's gate_up projection (Llama-3 / Qwen3 hidden 4096) at decode and prefill
+SWIGLU = [(m, 12288, 4096) for m in (1, 32, 4096, 8192)]
+SWIGLU_QUICK = [(1, 12288, 4096), (4096, 12288, 4096)]
+
+
+def swiglu_cases(shapes, ceiling, progress):
+    """gemm_swiglu (one kernel, I columns written) beside the unfused paths it replaces: cuBLAS
+    then torch.compile's fused silu_and_mul (what Inductor makes of an MLP: it cannot fuse into
+    cuBLAS), and tkreg.gemm then tkreg.silu_and_mul.  TFLOP/s over the 2 * M * 2I * K of the GEMM;
+    decode shapes GB/s over the packed weight's bytes."""
+    torch = need_torch()
+    import tkreg
+    from tkreg import reference
+    comp_silu = compiled(reference.silu_and_mul)
+    rows = []
+    for m, i, k in shapes:
+        def make():
+            a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+            g, u = (torch.randn(i, k, dtype=torch.bfloat16, device="cuda") * k ** -0.5 for _ in range(2))
+            return a, tkreg.ops.pack_gate_up(g, u), torch.cat([g, u])
+        sets = rotations(make, 2 * (m * k + 4 * i * k + 3 * m * i))
+        peers = {"cuBLAS + torch.compile silu_and_mul": lambda a, w, wc: comp_silu(torch.matmul(a, wc.t())),
+                 "tkreg gemm + silu_and_mul": lambda a, w, wc: tkreg.ops.silu_and_mul(tkreg.ops.gemm(a, wc))}
+        if comp_silu is None or try_ms(peers["cuBLAS + torch.compile silu_and_mul"], sets[:1], reps=1, warmup=1) is None:
+            peers.pop("cuBLAS + torch.compile silu_and_mul")
+        ours, *theirs = queued_ms_paired([lambda a, w, wc: tkreg.ops.gemm_swiglu(a, w)] + list(peers.values()),
+                                         sets, reps=_reps(m, 2 * i, k), runs=5)
+        rows += _rows("gemm_swiglu", f"M={m} I={i} K={k}", m, 2 * i, k, 4 * i * k, ceiling, ours, dict(zip(peers, theirs)))
+        del sets
+        progress()
+    return rows
+
+
 def cases(quick, ceiling, progress):
     shapes = QUICK if quick else PREFILL + MID + DECODE
-    return bf16_cases(shapes, ceiling, progress) + fp8_cases(shapes, ceiling, progress)
+    return (bf16_cases(shapes, ceiling, progress) + fp8_cases(shapes, ceiling, progress)
+            + swiglu_cases(SWIGLU_QUICK if quick else SWIGLU, ceiling, progress))

@@ -77,4 +77,31 @@ def cases(quick, ceiling, progress):
         rows.append(Row("fused_add_rms_norm", f"{m}x{n} bf16 (per call, loop)", "tkreg", ours, vs={"eager": eager / ours}))
         rows.append(Row("fused_add_rms_norm", f"{m}x{n} bf16 (per call, loop)", "eager", eager))
         progress()
+    return rows + qk_norm_rows(quick, ceiling, progress)
+
+
+def qk_norm_rows(quick, ceiling, progress):
+    """qk-norm on the q slice of a fused qkv output (strided [T, H, D]: rms_norm_heads, no copy)
+    beside torch.compile of the reference on the same view, the contiguous copy + rms_norm it
+    replaces, and a same-size copy (queued GPU time)."""
+    torch = need_torch()
+    import tkreg
+    from tkreg import reference
+    comp = compiled(reference.rms_norm)
+    bf16 = torch.bfloat16
+    rows = []
+    shapes = [(4096, 32, 8, 128), (16384, 32, 8, 128)]
+    if not quick:
+        shapes += [(16384, 64, 8, 64), (4096, 16, 2, 256)]
+    for t, hq, hk, d in shapes:
+        def make():
+            qkv = torch.randn(t, (hq + 2 * hk) * d, dtype=bf16, device="cuda")
+            return qkv.view(t, hq + 2 * hk, d)[:, :hq], torch.randn(d, dtype=bf16, device="cuda")
+        nbytes = 2 * 2 * t * hq * d + 2 * d               # q read, out written, the weight
+        sets = rotations(make, nbytes)
+        rows += same_size_rows("rms_norm_heads", f"q of a fused qkv: T={t} HQ={hq} HK={hk} D={d} bf16", nbytes, ceiling,
+                               lambda x, w: tkreg.ops.rms_norm(x, w, 1e-6), sets,
+                               {"torch.compile": comp and (lambda x, w: comp(x, w, 1e-6)),
+                                "copy + rms_norm": lambda x, w: tkreg.ops.rms_norm(x.reshape(-1, d), w, 1e-6)})
+        progress()
     return rows

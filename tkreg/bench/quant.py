@@ -8,6 +8,7 @@ Bytes per call = every input read once + every output written once (bf16 in, e =
   fp4 quant / dequant  M*K*e + M*K/2 + M*K/32   /   M*K/2 + M*K/32 + 2*M*K
   e5m6 quant / dequant M*K*e + 1.5*M*K + 4*M    /   1.5*M*K + 4*M + 2*M*K
   fp8 dequant channel  M*K + 4*ceil(M/128)*K + 2*M*K
+  rms_norm -> fp8      M*N*e + N*e + M*N (q) + 4*M*N/128 (s); the fused-add form + 2*M*N*e (residual)
 Every row queues its calls behind a spin kernel (timing.queued_ms): events around one call would
 also time the host's launch work, which for kernels of tens of µs read FP4 quant at 0.56 of its
 queued rate (docs/bench-method.md).  Every row also carries a same-size device copy
@@ -19,10 +20,10 @@ from .timing import (COPY, bandwidth_rows, compiled, copy_ms, mid_shapes, need_t
                      same_size_rows, try_ms)
 
 
-def _rows(name, case, nbytes, ceiling, sets, ours, ref_fn):
+def _rows(name, case, nbytes, ceiling, sets, ours, ref_fn, more=None):
     comp = compiled(ref_fn)
     peers = {"eager": try_ms(ref_fn, sets, queued_ms), "torch.compile": comp and try_ms(comp, sets, queued_ms),
-             COPY: copy_ms(nbytes, queued_ms)}
+             COPY: copy_ms(nbytes, queued_ms), **{k: try_ms(f, sets, queued_ms) for k, f in (more or {}).items()}}
     return bandwidth_rows(name, case, nbytes, ceiling, queued_ms(ours, sets), peers)
 
 
@@ -95,4 +96,43 @@ def cases(quick, ceiling, progress):
         rows += same_size_rows("batched_transpose", f"1x{m}x{k} bf16", 4 * m * k, ceiling,
                                ops.transpose, sets, {"torch.compile": compiled(ref.transpose)})
         progress()
+    return rows + rms_norm_fp8_cases(quick, ceiling, progress)
+
+
+UNFUSED = "tkreg unfused"       # rms_norm (or fused_add_rms_norm), then per_token_group_quant_fp8
+
+
+def rms_norm_fp8_cases(quick, ceiling, progress):
+    """rms_norm_quant_fp8 / fused_add_rms_norm_quant_fp8 beside torch eager and torch.compile of the
+    same math (the reference: rms_norm rounded to bf16, then the 1x128 group quant) and tkreg's
+    unfused pair ((fused_add_)rms_norm, then per_token_group_quant_fp8: two launches)."""
+    torch = need_torch()
+    import tkreg
+    from tkreg.ops import quant as qops
+    from tkreg.reference import quant as ref
+    ops = tkreg.ops
+    bf16 = torch.bfloat16
+    rows = []
+
+    def pair(x, w):
+        return ops.per_token_group_quant_fp8(ops.rms_norm(x, w))
+
+    def add_pair(x, r, w):
+        return ops.per_token_group_quant_fp8(ops.fused_add_rms_norm(x, r, w)[0])     # x overwritten, as in a model
+
+    shapes = [(16384, 4096), (16384, 7168), (4096, 4096)]
+    if not quick:
+        shapes += [(4096, 2048), (4096, 5120), (4096, 8192), (128, 4096), (16384, 8192)]
+    for m, n in shapes:
+        out = m * n + 4 * m * n // 128
+        w = (1 + 0.1 * torch.randn(n, device="cuda")).to(bf16)
+        sets = rotations(lambda: ((torch.randn(m, n, device="cuda") * 3).to(bf16), w), m * n * 3)
+        rows += _rows("rms_norm_quant_fp8", f"{m}x{n} bf16", m * n * 2 + n * 2 + out, ceiling, sets,
+                      qops.rms_norm_quant_fp8, ref.rms_norm_quant_fp8, {UNFUSED: pair})
+        sets = rotations(lambda: (torch.randn(m, n, device="cuda").to(bf16), torch.randn(m, n, device="cuda").to(bf16),
+                                  w), m * n * 7)
+        rows += _rows("fused_add_rms_norm_quant_fp8", f"{m}x{n} bf16", m * n * 6 + n * 2 + out, ceiling, sets,
+                      qops.fused_add_rms_norm_quant_fp8, ref.fused_add_rms_norm_quant_fp8, {UNFUSED: add_pair})
+        progress()
     return rows
+

@@ -12,6 +12,7 @@ write out of bounds, they give wrong rows.
 from __future__ import annotations
 
 from ..runtime import OPS
+from ..reference.gemm import SWIGLU_GROUP, pack_gate_up as _pack, unpack_gate_up as _unpack
 from ._route import checking, compiling, graph
 
 
@@ -20,6 +21,38 @@ def gemm(a, b, bias=None, *, out=None):
     if compiling():
         return graph("tkreg.gemm", out, a, b, bias)
     return OPS["tkreg.gemm"](a, b, bias, out)
+
+
+def pack_gate_up(gate_w, up_w):
+    """The gate_up weight `gemm_swiglu` reads, packed once (at load time): gate_w[I, K] and
+    up_w[I, K] -> w_packed[2I, K], rows of gate and up alternating in groups of 8
+    (`tkreg.reference.gemm.SWIGLU_GROUP`; `unpack_gate_up` inverts it).  Any device; a new tensor."""
+    op = "tkreg.pack_gate_up"
+    if gate_w.dim() != 2 or tuple(up_w.shape) != tuple(gate_w.shape):
+        raise ValueError(f"{op}: `gate_w` and `up_w` must both be [I, K]; got {tuple(gate_w.shape)} and "
+                         f"{tuple(up_w.shape)}")
+    if up_w.dtype != gate_w.dtype:
+        raise TypeError(f"{op}: `up_w` has dtype {up_w.dtype}; expected {gate_w.dtype} (gate_w's)")
+    if gate_w.shape[0] % SWIGLU_GROUP:
+        raise ValueError(f"{op}: I = {gate_w.shape[0]} rows; expected a multiple of {SWIGLU_GROUP} "
+                         "(gate and up interleave in groups of that many rows)")
+    return _pack(gate_w, up_w)
+
+
+def unpack_gate_up(w_packed):
+    """`pack_gate_up`'s inverse: w_packed[2I, K] -> (gate_w[I, K], up_w[I, K]), views."""
+    return _unpack(w_packed)
+
+
+def gemm_swiglu(a, w_packed, *, out=None):
+    """out[M, I] = silu(a @ gate^T) * (a @ up^T) (an MLP's gate_up projection and activation in one
+    kernel, I columns written): a[M, K] bf16/fp16, w_packed[2I, K] from `pack_gate_up`; each product
+    rounded to a's dtype, then silu_and_mul's fp32 math, rounded once: bit for bit
+    `silu_and_mul(gemm(a, cat([gate_w, up_w])))`.  K % 8 == 0, I % 8 == 0; sm_90a (elsewhere
+    NoKernelError: use gemm + silu_and_mul)."""
+    if compiling():
+        return graph("tkreg.gemm_swiglu", out, a, w_packed)
+    return OPS["tkreg.gemm_swiglu"](a, w_packed, out)
 
 
 def fp8_gemm(a, a_scale, b, b_scale, *, out=None):

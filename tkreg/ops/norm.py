@@ -6,10 +6,30 @@ from ._route import compiling, graph
 
 
 def rms_norm(x, weight, eps: float = 1e-6, *, out=None):
-    """RMSNorm over the last dim: `x[M, N] * rsqrt(mean(x^2) + eps) * weight[N]` (bf16/fp16)."""
+    """RMSNorm over the last dim: `x[M, N] * rsqrt(mean(x^2) + eps) * weight[N]` (bf16/fp16).
+
+    x may also be a strided [T, H, N] view with a contiguous last dim (the q or k slice of a
+    fused qkv output, token and head strides multiples of 8): each head is normalized in place of
+    a copy (`rms_norm_heads`, N <= 256) into a contiguous [T, H, N].  A contiguous [T, H, N], or
+    any [T, H, N] while autograd records, runs as [T * H, N] (a strided one copied first)."""
+    if getattr(x, "ndim", 0) == 3:                # not a tensor: the launcher names what is wrong
+        import torch
+        if not x.is_contiguous() and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+            return rms_norm_heads(x, weight, eps, out=out)
+        t, h, n = x.shape
+        y = rms_norm(x.reshape(t * h, n), weight, eps, out=None if out is None else out.view(t * h, n))
+        return y.view(t, h, n) if out is None else out
     if compiling():
         return graph("tkreg.rms_norm", out, x, weight, eps)
     return OPS["tkreg.rms_norm"](x, weight, eps, out)
+
+
+def rms_norm_heads(x, weight, eps: float = 1e-6, *, out=None):
+    """RMSNorm of each head of a strided x[T, H, N] (contiguous last dim; token and head strides
+    multiples of 8 elements) into a contiguous out[T, H, N]; N % 8 == 0 and N <= 256."""
+    if compiling():
+        return graph("tkreg.rms_norm_heads", out, x, weight, eps)
+    return OPS["tkreg.rms_norm_heads"](x, weight, eps, out)
 
 
 def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6):

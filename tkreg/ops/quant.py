@@ -170,3 +170,22 @@ def per_block_dequant(q, s, *, out=None):
     if compiling():
         return graph("tkreg.per_block_dequant", out, q, s)
     return OPS["tkreg.per_block_dequant"](q, s, out)
+
+
+# ---- RMSNorm -> FP8 (the activations of an FP8 GEMM after a norm) ----------------------------------
+def rms_norm_quant_fp8(x, weight, eps: float = 1e-6, *, ue8m0: bool = False, q=None, s=None):
+    """x[M, N] bf16, weight[N] (N % 128 == 0, N <= 16384) -> (q[M, N] e4m3, s[M, N // 128] fp32):
+    rms_norm(x, weight, eps) rounded to bf16, then per_token_group_quant_fp8 of it, in one kernel."""
+    if compiling():
+        rq, rs = graph("tkreg.rms_norm_quant_fp8", None, x, weight, eps, bool(ue8m0))
+        return (rq if q is None else q.copy_(rq)), (rs if s is None else s.copy_(rs))
+    return OPS["tkreg.rms_norm_quant_fp8"](x, weight, eps, ue8m0, q, s)
+
+
+def fused_add_rms_norm_quant_fp8(x, residual, weight, eps: float = 1e-6, *, ue8m0: bool = False, q=None, s=None):
+    """In place: `residual += x` (rounded; x is left as it was); returns (q, s) of
+    rms_norm(residual, weight, eps) rounded to bf16, quantized per 1x128 group (rms_norm_quant_fp8)."""
+    if compiling():
+        rq, rs = graph("tkreg.fused_add_rms_norm_quant_fp8", None, x, residual, weight, eps, bool(ue8m0))
+        return (rq if q is None else q.copy_(rq)), (rs if s is None else s.copy_(rs))
+    return OPS["tkreg.fused_add_rms_norm_quant_fp8"](x, residual, weight, eps, ue8m0, q, s)

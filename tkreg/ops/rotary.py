@@ -29,3 +29,27 @@ def rotary_embedding(positions, q, k, cos_sin_cache, is_neox: bool = True):
     else:
         OPS["tkreg.rotary_embedding"](pv, qv, kv, cos_sin_cache, is_neox)
     return q, k
+
+
+def qk_norm_rope_cache(q, k, v, positions, cos_sin_cache, *, q_weight=None, k_weight=None, eps: float = 1e-6,
+                       is_neox: bool = True, k_cache=None, v_cache=None, slot_mapping=None):
+    """Per-head RMSNorm (optional) + rotary of q and k, K/V into a paged cache (optional): one launch.
+
+    q[T, HQ, D], k/v[T, HK, D]: bf16/fp16 with a contiguous head dim and token/head strides that
+    are multiples of 8 elements (e.g. `qkv.view(T, -1, D).split([HQ, HK, HK], 1)`), read in place.
+    q_weight/k_weight[D] (both or neither): x * rsqrt(mean(x^2) + eps) * w in fp32, rounded to the
+    dtype (as tkreg.rms_norm), before the rotary of `rotary_embedding` (cos_sin_cache[P, D], int64
+    positions clamped to [0, P - 1], `is_neox` halves or GPT-J pairs).  k_cache/v_cache[NP, PS, HK, D]
+    + slot_mapping[T] int64 (all three or none): token t's rotated k and its v are written at page
+    s // PS, row s % PS, s = slot_mapping[t]; s < 0 writes nothing.  Returns (q_out[T, HQ, D],
+    k_out[T, HK, D]) contiguous.  D = 64 or 128.
+    """
+    if (q_weight is None) != (k_weight is None):
+        raise ValueError("tkreg.qk_norm_rope_cache: give both `q_weight` and `k_weight` (qk-norm) or neither")
+    if not (k_cache is None) == (v_cache is None) == (slot_mapping is None):
+        raise ValueError("tkreg.qk_norm_rope_cache: give `k_cache`, `v_cache` and `slot_mapping` together "
+                         "(the cache write) or none of them")
+    args = (q, k, v, positions, cos_sin_cache, q_weight, k_weight, k_cache, v_cache, slot_mapping, eps, is_neox)
+    if compiling():
+        return graph("tkreg.qk_norm_rope_cache", None, *args)
+    return OPS["tkreg.qk_norm_rope_cache"](*args)

@@ -18,6 +18,35 @@ def gemm(a, b, bias=None):
     return out.to(a.dtype)
 
 
+# gate / up rows alternate in groups of SWIGLU_GROUP in the packed gate_up weight (the kernels pair
+# them inside a thread's accumulator fragment: kernels_src/gemm/tiles/__init__.py)
+SWIGLU_GROUP = 8
+
+
+def pack_gate_up(gate, up):
+    """[I, K] gate and up -> w_packed[2I, K]: groups of SWIGLU_GROUP rows, gate then up, ..."""
+    import torch
+    i, k = gate.shape
+    g = SWIGLU_GROUP
+    return torch.stack((gate.reshape(i // g, g, k), up.reshape(i // g, g, k)), dim=1).reshape(2 * i, k)
+
+
+def unpack_gate_up(w_packed):
+    """w_packed[2I, K] -> (gate[I, K], up[I, K]), pack_gate_up's inverse."""
+    n, k = w_packed.shape
+    v = w_packed.reshape(n // (2 * SWIGLU_GROUP), 2, SWIGLU_GROUP, k)
+    return v[:, 0].reshape(n // 2, k), v[:, 1].reshape(n // 2, k)
+
+
+def gemm_swiglu(a, w_packed):
+    """silu(a @ gate^T) * (a @ up^T): each product rounded to a's dtype (what tkreg.gemm writes),
+    then silu_and_mul's fp32 steps, rounded once: the unfused gemm + silu_and_mul, bit for bit."""
+    import torch
+    from .activation import silu_and_mul
+    gate, up = unpack_gate_up(w_packed)
+    return silu_and_mul(torch.cat([gemm(a, gate), gemm(a, up)], dim=-1))
+
+
 def fp8_gemm(a, a_scale, b, b_scale):
     """Dequantize (1x128 activation groups, 128x128 weight blocks), multiply in fp32, round to bf16."""
     import torch

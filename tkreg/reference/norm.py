@@ -9,6 +9,11 @@ def rms_norm(x, weight, eps=1e-6):
     return (xf * r * weight.float()).to(x.dtype)
 
 
+def rms_norm_heads(x, weight, eps=1e-6):
+    """rms_norm of each head of x[T, H, N] (any strides), returned contiguous."""
+    return rms_norm(x, weight, eps).contiguous()
+
+
 def fused_add_rms_norm(x, residual, weight, eps=1e-6):
     """In place, like the kernel: residual <- round(x + residual); x <- rms_norm(residual)."""
     residual.copy_((x.float() + residual.float()).to(residual.dtype))

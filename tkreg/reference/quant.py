@@ -11,6 +11,8 @@ references (`tile_kernels.torch.cast`, `cast_to_e5m6`, `cast_back_from_e5m6`) co
   q    = e4m3(x * fl(448 / amax)): one fp32 multiply, then round-to-nearest-even to e4m3;
   ue8m0: s = 2^ceil(log2(fl(amax / 448))), taken from the float's bits, and q = e4m3(x * 2^-e);
   dequant: bf16(fp32(q) * s).
+  rms_norm_quant_fp8 / fused_add_rms_norm_quant_fp8: the group quant above of tkreg.reference.norm's
+  rms_norm output (rounded to x's dtype first); the fused form adds x into residual in place first.
 - per-channel FP8: groups of 128 *tokens* per channel (TileKernels' per_channel_cast with
   num_per_tokens=128), s[ceil(M / 128), K] fp32; a partial last group takes the max over the
   tokens it has.  amax floor 1e-4, s = amax / 448, q = e4m3(x * fl(448 / amax)), ue8m0 as above.  `_transpose` writes q^T[K, M], same s.
@@ -103,6 +105,19 @@ def silu_and_mul_quant_fp8(x, ue8m0=False):
 def silu_and_mul_quant_fp8_colmajor(x, ue8m0=False):
     q, s = _group_quant(swiglu_fp32(x), bool(ue8m0))
     return q, _colmajor(s)
+
+
+def rms_norm_quant_fp8(x, weight, eps=1e-6, ue8m0=False):
+    """rms_norm (tkreg.reference.norm, rounded to x's dtype) then per_token_group_quant_fp8 of it."""
+    from .norm import rms_norm
+    return _group_quant(rms_norm(x, weight, eps).float(), bool(ue8m0))
+
+
+def fused_add_rms_norm_quant_fp8(x, residual, weight, eps=1e-6, ue8m0=False):
+    """In place like the kernel: residual <- round(x + residual) (x unchanged); then
+    rms_norm_quant_fp8 of the new residual."""
+    residual.copy_((x.float() + residual.float()).to(residual.dtype))
+    return rms_norm_quant_fp8(residual, weight, eps, ue8m0)
 
 
 def per_block_quant_fp8(w, ue8m0=False):

@@ -42,3 +42,36 @@ def rotary_embedding(positions, q, k, cos_sin_cache, is_neox=True):
         x3 = x.view(T, -1, D)
         x3.copy_(_rotate(x3, cos, sin, bool(is_neox)).to(x.dtype))
     return None
+
+
+def qk_norm_rope_cache(q, k, v, positions, cos_sin_cache, q_weight=None, k_weight=None, k_cache=None,
+                       v_cache=None, slot_mapping=None, eps=1e-6, is_neox=True):
+    """(q_out, k_out) contiguous [T, H, D]: per-head RMSNorm (when q_weight/k_weight are given;
+    tkreg.reference.norm.rms_norm, rounded to the dtype) then the rotary above; k_out and v
+    written into k_cache/v_cache[NP, PS, HK, D] at slot_mapping[t] (page s // PS, row s % PS;
+    s < 0 skipped) when the caches are given.  q, k, v [T, H, D] may be strided views."""
+    import torch
+
+    from .norm import rms_norm
+    if (q_weight is None) != (k_weight is None):
+        raise ValueError("qk_norm_rope_cache: give both q_weight and k_weight, or neither")
+    if not ((k_cache is None) == (v_cache is None) == (slot_mapping is None)):
+        raise ValueError("qk_norm_rope_cache: give k_cache, v_cache and slot_mapping together, or none")
+    P, D = cos_sin_cache.shape
+    t = positions.numel()
+    if q_weight is not None:
+        qn, kn = rms_norm(q, q_weight, eps), rms_norm(k, k_weight, eps)
+    else:
+        qn, kn = q.contiguous(), k.contiguous()
+    pos = positions.reshape(-1).long().clamp(0, max(P - 1, 0))
+    cs = cos_sin_cache.index_select(0, pos).float()
+    cos, sin = cs[:, None, : D // 2], cs[:, None, D // 2:]
+    q_out = _rotate(qn, cos, sin, bool(is_neox)).to(q.dtype).contiguous()
+    k_out = _rotate(kn, cos, sin, bool(is_neox)).to(k.dtype).contiguous()
+    if k_cache is not None and t:
+        keep = slot_mapping.reshape(-1) >= 0
+        rows = slot_mapping.reshape(-1)[keep]
+        hk = k.shape[1]
+        k_cache.view(-1, hk, D).index_copy_(0, rows, k_out[keep])
+        v_cache.view(-1, hk, D).index_copy_(0, rows, v[keep].to(v_cache.dtype))
+    return q_out, k_out

@@ -21,6 +21,9 @@ along N.  A tile is BLOCK_M = 128 rows x block_N columns, K blocks of BLOCK_K = 
       epilogue_cols buffer), fence.proxy.async, named barrier 1 + c, one thread TMA-stores the
       chunk (clipped at the M / N edges) and waits until the store has read c_s before the
       warpgroup's next barrier lets anyone overwrite it.
+      swiglu (tkreg.gemm_swiglu): each chunk's interleaved gate / up column groups are paired in
+      registers (tiles.swiglu_column, two T.Parallel loops: one loop may read a fragment at one
+      index only) into epilogue_cols / 2 output columns of c_s, stored at column n0 / 2.
 The producer runs ahead into the next tile while the consumers store this one, so the epilogue and
 the next tile's pipeline fill overlap (what one CTA a tile lost at K = 2048).
 Grouped (contiguous layout, `expert_of`): every tile looks up its expert first (producer and
@@ -28,7 +31,7 @@ consumers alike); a tile in no segment loads and computes nothing, and g advance
 only (valid * nk), the same count on both sides.
 Measured on the H200: 0.98-1.12x cuBLAS on the prefill shapes (docs/gemm-tuning.md).
 """
-from . import CONSUMER_REGISTERS, PRODUCER_REGISTERS
+from . import CONSUMER_REGISTERS, GROUP, PRODUCER_REGISTERS, swiglu_column, swiglu_value
 
 BLOCK_M = 128   # two consumers of HALF rows each
 BLOCK_K = 64
@@ -66,24 +69,37 @@ def _producer(T, block_N: int, stages: int, grouped: bool):
     return producer
 
 
-def _consumer(T, N, block_N: int, stages: int, epilogue_cols: int, bias: bool, dtype: str, grouped: bool):
-    """macro: one consumer's K loop over one tile, then its epilogue (rows r0 .. r0 + 63)."""
+def _consumer(T, N, block_N: int, stages: int, epilogue_cols: int, bias: bool, dtype: str, grouped: bool,
+              swiglu: bool):
+    """macro: one consumer's K loop over one tile, then its epilogue (rows r0 .. r0 + 63); swiglu:
+    each chunk's gate / up column groups paired into epilogue_cols / 2 output columns."""
     full_row = T.GemmWarpPolicy.FullRow
     nreg = HALF * block_N // 128
+
+    def out_column(n):
+        """out's column of accumulator column n (a chunk's first)."""
+        return n // 2 if swiglu else n
 
     @T.macro
     def store(bias_, out, m0, n0, r0, bar_id, c_s, acc):
         for j0 in T.unroll(0, block_N, epilogue_cols):
             # the previous chunk's (or tile's) TMA store, waited by its issuing thread, has read c_s
             T.sync_threads(barrier_id=bar_id, arrive_count=128)
-            for i, j in T.Parallel(HALF, epilogue_cols):
-                if bias:
-                    c_s[i, j] = T.cast(acc[i, j0 + j] + T.cast(bias_[T.min(n0 + j0 + j, N - 1)], "float32"), dtype)
-                else:
-                    c_s[i, j] = T.cast(acc[i, j0 + j], dtype)
+            if swiglu:
+                gate = T.alloc_fragment((HALF, epilogue_cols // 2), "float32")
+                for i, j in T.Parallel(HALF, epilogue_cols // 2):
+                    gate[i, j] = acc[i, j0 + swiglu_column(j)]
+                for i, j in T.Parallel(HALF, epilogue_cols // 2):
+                    c_s[i, j] = swiglu_value(T, gate[i, j], acc[i, j0 + swiglu_column(j) + GROUP], dtype)
+            else:
+                for i, j in T.Parallel(HALF, epilogue_cols):
+                    if bias:
+                        c_s[i, j] = T.cast(acc[i, j0 + j] + T.cast(bias_[T.min(n0 + j0 + j, N - 1)], "float32"), dtype)
+                    else:
+                        c_s[i, j] = T.cast(acc[i, j0 + j], dtype)
             T.fence_proxy_async()                                   # smem writes -> the TMA store
             T.sync_threads(barrier_id=bar_id, arrive_count=128)     # this warpgroup only
-            T.copy(c_s, out[m0 + r0, n0 + j0])
+            T.copy(c_s, out[m0 + r0, out_column(n0 + j0)])
 
     @T.macro
     def consumer(bias_, out, m0, n0, r0, nk_t, hi, g0, bar_id, a_s, b_s, c_s, full, empty, acc):
@@ -113,7 +129,7 @@ def _consumer(T, N, block_N: int, stages: int, epilogue_cols: int, bias: bool, d
 
 
 def warp_specialized_body(T, M, N, K, sms, block_N: int, stages: int, epilogue_cols: int, bias: bool,
-                          dtype: str, expert_of=None):
+                          dtype: str, expert_of=None, swiglu: bool = False):
     """The kernel body `body(a, b, bias or None, groups or None, out)`.  expert_of (contiguous
     grouped layout, kernels_src/gemm/grouped.py): the macro (groups, m0, 0, e, hi, valid) giving a
     tile's expert, the end of its rows and whether it has any; such a tile reads b[e], runs
@@ -121,11 +137,12 @@ def warp_specialized_body(T, M, N, K, sms, block_N: int, stages: int, epilogue_c
     element by element)."""
     assert block_N % epilogue_cols == 0 and stages >= 2
     grouped = expert_of is not None
-    assert not (grouped and bias)
+    assert not (grouped and (bias or swiglu))
+    out_cols = epilogue_cols // 2 if swiglu else epilogue_cols   # a chunk's columns of out
     nk = T.ceildiv(K, BLOCK_K)
     locate = _locate(T, M, N, block_N)
     producer = _producer(T, block_N, stages, grouped)
-    consumer = _consumer(T, N, block_N, stages, epilogue_cols, bias, dtype, grouped)
+    consumer = _consumer(T, N, block_N, stages, epilogue_cols, bias, dtype, grouped, swiglu)
 
     def expert(ehv):
         """(expert, row end, valid) of the located tile; a dense tile: (0, 0, 1)."""
@@ -156,8 +173,8 @@ def warp_specialized_body(T, M, N, K, sms, block_N: int, stages: int, epilogue_c
             b_s = T.alloc_shared((stages, block_N, BLOCK_K), dtype)
             # one named epilogue buffer a consumer (buffers from a list are all named "buffer", and
             # their shared-memory offsets then change from build to build)
-            c_s0 = T.alloc_shared((HALF, epilogue_cols), dtype)
-            c_s1 = T.alloc_shared((HALF, epilogue_cols), dtype)
+            c_s0 = T.alloc_shared((HALF, out_cols), dtype)
+            c_s1 = T.alloc_shared((HALF, out_cols), dtype)
             full = T.alloc_barrier([128] * stages)
             empty = T.alloc_barrier([256] * stages)
             m0 = T.alloc_var("int32")

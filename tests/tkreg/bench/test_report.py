@@ -11,6 +11,7 @@ from tkreg import bench
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 RUN = ROOT / "docs" / "bench" / "h200.json"
 JIT = ROOT / "docs" / "bench" / "jit-time.json"
+MODELS = sorted((ROOT / "docs" / "bench" / "models").glob("*.json"))   # BENCHMARKS.md's first tables
 
 
 @pytest.fixture
@@ -30,7 +31,19 @@ def test_markdown_has_every_row_host_cost_and_cold_start(results):
 
 def test_benchmarks_md_is_the_rendered_saved_run(results):
     """BENCHMARKS.md is generated, never edited by hand."""
-    assert (ROOT / "BENCHMARKS.md").read_text() == bench.markdown(results, json.loads(JIT.read_text()))
+    models = [json.loads(p.read_text()) for p in MODELS]
+    assert (ROOT / "BENCHMARKS.md").read_text() == bench.markdown(results, json.loads(JIT.read_text()), models)
+
+
+def test_model_tables_come_first():
+    """Whole-model rows (tkreg.bench.decoder / .models JSONs) open the page, each with its GPU and command."""
+    m = dict(title="T", date="2026-12-06", gpu="G", torch="2.11", command="python -m tkreg.bench.decoder",
+             header=["case", "speedup"], rows=[["prefill 1 x 4096", "**1.10×**"]])
+    md = bench.markdown(json.loads(RUN.read_text()), None, [m]) if RUN.exists() else None
+    if md is None:
+        pytest.skip("no saved run beside the tests")
+    assert md.index("## Models") < md.index("## At a glance")
+    assert "| prefill 1 x 4096 | **1.10×** |" in md and "on G, torch 2.11: `python -m tkreg.bench.decoder`" in md
 
 
 def test_table_and_plot(results, tmp_path):

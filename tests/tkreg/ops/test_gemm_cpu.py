@@ -10,7 +10,8 @@ import tkreg
 from tkreg import reference
 
 BF16, FP16 = torch.bfloat16, torch.float16
-OPS = ("gemm", "fp8_gemm", "grouped_gemm", "grouped_gemm_masked", "fp8_grouped_gemm", "fp8_grouped_gemm_masked")
+OPS = ("gemm", "fp8_gemm", "grouped_gemm", "grouped_gemm_masked", "fp8_grouped_gemm", "fp8_grouped_gemm_masked",
+       "gemm_swiglu")
 
 
 def test_wheel_ships_the_gemm_specs(ships_the_specs):

@@ -24,7 +24,7 @@ def args(t=3, hq=32, hk=8, d=128, p=64, dt=BF16):
 
 
 def test_wheel_ships_the_rotary_specs(ships_the_specs):
-    assert set(ships_the_specs("rotary")) == {"tkreg.rotary_embedding"}
+    assert set(ships_the_specs("rotary")) == {"tkreg.rotary_embedding", "tkreg.qk_norm_rope_cache"}
 
 
 def test_registered_for_both_archs(shipped):

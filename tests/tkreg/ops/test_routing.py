@@ -76,17 +76,25 @@ CASES = [
     # norm: the hidden sizes, head-dim rows, the resident ranges, the two-pass kernel, no kernel (N % 8)
     *[case(op, dt, M=3, N=n) for op in ("rms_norm", "fused_add_rms_norm") for dt in (BF, FP)
       for n in (8, 64, 96, 128, 256, 1000, 1024, 2048, 2880, 3584, 4096, 5120, 6144, 7168, 8192, 16384, 16392, 1004)],
+    *[case("rms_norm_heads", dt, T=37, H=h, N=n) for dt in (BF, FP) for h in (1, 8) for n in (8, 64, 96, 128, 200, 256, 512, 100)],
     *[case("rms_norm_backward", dt, M=37, N=n) for dt in (BF, FP) for n in (8, 1024, 2048, 2880, 4096, 5120, 7168, 8192, 16392)],
     # activation: vector width by N % 16, big and mid calls of silu_and_mul
     *[case(op, dt, T=t, N=n) for op in ("silu_and_mul", "swiglu", "silu_and_mul_backward") for dt in (BF, FP)
       for t, n in ((3, 4096), (3, 4098), (2048, 8192), (16384, 14336), (4096, 4096))],
     *[case("rotary_embedding", dt, T=7, NQ=32 * d, NK=8 * d, P=4096, D=d) for dt in (BF, FP) for d in (64, 128, 96)],
+    *[case("qk_norm_rope_cache", dt, absent=ab, T=7, HQ=32, HK=8, D=d, P=4096, NP=4, PS=16) for dt in (BF, FP)
+      for d in (64, 128, 96) for ab in ((), ("q_weight", "k_weight"), ("k_cache", "v_cache", "slot_mapping"),
+                                        ("k_weight",), ("slot_mapping",))],
     # gemm: the shape classes on each arch, with and without bias
     *[case("gemm", dt, arch=arch, absent=ab, M=m, N=n, K=k) for arch in ARCHS for dt in (BF, FP) for ab in ((), ("bias",))
       for m, n, k in ((1, 1000, 256), (32, 4096, 256), (8, 16384, 256), (64, 8192, 256), (128, 8192, 256),
                       (256, 8192, 256), (256, 7168, 256), (1024, 4096, 256), (2048, 7168, 256), (16384, 7168, 256),
                       (100000, 8, 256), (1, 4096, 14336), (64, 2048, 8192), (1, 7168, 2048), (16, 8192, 8192),
                       (1, 4096, 1024), (1, 28672, 4096), (4096, 4096, 4096))],
+    # gemm_swiglu (sm_90a): decode 16 / 32 / 64, prefill 256 / 128 wide, the rest, no kernel (I % 8, K % 8)
+    *[case("gemm_swiglu", dt, M=m, N=n, K=k) for dt in (BF, FP)
+      for m, n, k in ((1, 24576, 4096), (32, 24576, 4096), (64, 28672, 4096), (33, 3072, 4096), (4096, 24576, 4096),
+                      (512, 28672, 4096), (100, 24, 64), (3, 32, 60))],
     *[case("fp8_gemm", F8, arch=arch, M=m, N=n, K=k) for arch in ARCHS
       for m, n, k in ((1, 4096, 14336), (16, 1000, 8192), (1, 4096, 4096), (16, 28672, 4096), (8, 5120, 1024),
                       (17, 4096, 14336), (64, 4096, 8192), (32, 28672, 4096), (64, 4096, 4096), (33, 8192, 8192),
@@ -116,6 +124,9 @@ CASES = [
                                         "silu_and_mul_per_channel_quant_fp8_transpose", "silu_and_mul_backward_quant_fp8")
       for dt in (BF, FP) for m, n in ((37, 4096), (2048, 4096), (16384, 4096), (600000, 256), (3, 4352))],
     *[case("per_block_quant_fp8", dt, N=n, K=k) for dt in (BF, FP) for n, k in ((4096, 7168), (300, 1040), (3, 8))],
+    # rms_norm (+ residual add) -> FP8: each resident range, the hidden sizes, no kernel (N % 128, N > 16384, fp16)
+    *[case(op, dt, M=m, N=n) for op in ("rms_norm_quant_fp8", "fused_add_rms_norm_quant_fp8") for dt in (BF, FP)
+      for m in (1, 4096) for n in (128, 2048, 2176, 4096, 5120, 7168, 8192, 12288, 16384, 16512, 1000)],
     *[case("per_token_group_dequant", F8, M=m, K=k) for m, k in ((37, 7168), (600000, 128))],
     *[case("per_block_dequant", F8, N=n, K=k) for n, k in ((4096, 7168), (300, 1040), (600000, 128))],
     *[case(op, F8, R=r, C=c) for op in ("group_dequant_fp8", "per_channel_dequant_fp8") for r, c in ((37, 7168), (4096, 4104))],
@@ -136,6 +147,15 @@ CASES = [
                                                                    ("moe_expand_fp8_colmajor", F8))],
     *[case("moe_combine", BF, absent=ab, R=512, H=h, T=t, K=k) for ab in ((), ("shared",))
       for t, h, k in ((37, 7168, 8), (129, 7168, 8), (9, 7168, 12), (4096, 7168, 8), (64, 2048, 8))],
+    # engram: the hash at any sizes (n = 1: no kernel); the gate at V4's baked hidden sizes, each
+    # any-H range, no kernel (H % 8, H > 16384); the fused weight
+    *[case("engram_hash", "int32", T=t, n=n, L=l, E=e) for t, n, l, e in ((0, 3, 2, 8), (37, 3, 2, 8), (16384, 3, 2, 8),
+                                                                          (5, 2, 1, 1), (5, 4, 3, 16), (5, 1, 2, 8))],
+    *[case("engram_gate", BF, T=t, m=m, H=h, clamp=1e-6, eps=1e-20) for t, m in ((37, 4), (1, 2))
+      for h in (4096, 7168, 64, 2048, 3072, 5120, 8192, 16384, 4100, 16392)],
+    *[case("engram_fused_weight", BF, m=4, H=h) for h in (4096, 7168, 100)],
+    *[case("engram_gate_backward", BF, T=t, m=m, H=h, clamp=1e-6) for t, m in ((37, 4), (1, 2))
+      for h in (4096, 7168, 64, 4104, 6144, 16384, 4100, 16392)],
 ]
 
 

@@ -7,12 +7,10 @@ token and head strides (multiples of 8 elements: 16-byte slots) and written to r
 N % 8 == 0 and N <= 256 are served; wider heads have no variant (the typed rms_norm copies them).
 """
 from kernels_src.common import DTYPES
+from tkreg.reference.norm import HEAD_MAX_N
 from tkreg.spec import OpSpec, Tensor, Variant
 
 from .forward import EPS, RESIDENT, _any_n_kernel
-
-HEAD_MAX = 256      # the widest head the head-dim resident rows cover
-
 
 def rms_norm_heads_kernel(dtype: str, threads: int, max_n: int, preload_weight: int, threads_per_row: int):
     return _any_n_kernel(dtype, threads, fused=False, max_n=max_n, preload_weight=preload_weight,
@@ -25,7 +23,7 @@ SPECS = (
     OpSpec(
         name="tkreg.rms_norm_heads",
         doc="RMSNorm of each head: x[T, H, N] (strided: token and head strides multiples of 8, contiguous "
-            "last dim), weight[N] -> out[T, H, N] contiguous; N % 8 == 0, N <= 256",
+            f"last dim), weight[N] -> out[T, H, N] contiguous; N % 8 == 0, N <= {HEAD_MAX_N}",
         tensors=(Tensor("x", ("T", "H", "N"), dtypes=DTYPES, strides=("st", "sh", 1)),
                  Tensor("weight", ("N",), dtype_of="x"),
                  Tensor("out", ("T", "H", "N"), dtype_of="x", role="output")),
@@ -33,7 +31,7 @@ SPECS = (
         variants=tuple(Variant({"dtype": d, "threads": r.threads, "max_n": r.hi, "preload_weight": r.preload_weight,
                                 "threads_per_row": r.threads_per_row},
                                rule=f"N % 8 == 0 and N > {r.lo} and N <= {r.hi} and {_STRIDES}")
-                       for r in RESIDENT if r.hi <= HEAD_MAX for d in r.dtypes),
+                       for r in RESIDENT if r.hi <= HEAD_MAX_N for d in r.dtypes),
         reference="tkreg.reference.norm:rms_norm_heads",
     ),
 )

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..runtime import OPS
+from ..reference.norm import HEAD_MAX_N
 from ._route import compiling, graph
 
 
@@ -10,11 +11,13 @@ def rms_norm(x, weight, eps: float = 1e-6, *, out=None):
 
     x may also be a strided [T, H, N] view with a contiguous last dim (the q or k slice of a
     fused qkv output, token and head strides multiples of 8): each head is normalized in place of
-    a copy (`rms_norm_heads`, N <= 256) into a contiguous [T, H, N].  A contiguous [T, H, N], or
-    any [T, H, N] while autograd records, runs as [T * H, N] (a strided one copied first)."""
+    a copy (`rms_norm_heads`, N <= 256) into a contiguous [T, H, N].  A contiguous [T, H, N], a
+    wider one, or any [T, H, N] while autograd records, runs as [T * H, N] (a strided one copied
+    first)."""
     if getattr(x, "ndim", 0) == 3:                # not a tensor: the launcher names what is wrong
         import torch
-        if not x.is_contiguous() and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+        recording = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+        if not x.is_contiguous() and x.shape[-1] <= HEAD_MAX_N and not recording:
             return rms_norm_heads(x, weight, eps, out=out)
         t, h, n = x.shape
         y = rms_norm(x.reshape(t * h, n), weight, eps, out=None if out is None else out.view(t * h, n))

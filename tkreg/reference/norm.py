@@ -1,6 +1,8 @@
 """Torch references for the norm family (test oracle and TKREG_FALLBACK=reference path)."""
 from __future__ import annotations
 
+HEAD_MAX_N = 256    # the widest head tkreg.rms_norm_heads serves (its kernels' resident head-dim rows)
+
 
 def rms_norm(x, weight, eps=1e-6):
     import torch

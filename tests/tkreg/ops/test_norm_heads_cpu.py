@@ -107,3 +107,18 @@ def test_typed_rms_norm_of_a_contiguous_3d_x(monkeypatch, seed):
     torch.testing.assert_close(got, reference.rms_norm(q, w), rtol=0, atol=0)
     out = torch.empty(1, 4, 64, dtype=BF16)
     assert tkreg.ops.rms_norm(q, w, out=out) is out
+
+
+def test_typed_rms_norm_of_heads_wider_than_served_copies(monkeypatch, seed):
+    """Heads wider than rms_norm_heads serves (no variant there) run on the [T * H, N] kernels."""
+    from tkreg.ops import norm
+    from tkreg.reference.norm import HEAD_MAX_N
+    monkeypatch.setenv("TKREG_FALLBACK", "reference")
+
+    def refuse(*a, **k):
+        raise AssertionError("rms_norm_heads has no variant for this head size")
+    monkeypatch.setattr(norm, "rms_norm_heads", refuse)
+    d = 2 * HEAD_MAX_N
+    q, _ = qkv_slices(t=3, hq=2, d=d)
+    w = torch.randn(d, dtype=BF16)
+    torch.testing.assert_close(tkreg.ops.rms_norm(q, w), reference.rms_norm(q, w), rtol=0, atol=0)

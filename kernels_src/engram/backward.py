@@ -18,7 +18,7 @@ Three kernels a call, none with float atomics:
 """
 from tkreg.spec import OpSpec, Scalar, Tensor, Variant
 
-from .gate import DTYPES, STRIDES, VEC, Resident
+from .gate import DTYPES, STRIDES, VEC, Resident, row_variants
 
 ROWS = 16          # tokens a CTA in kernel 1: fewer partial rows to sum
 STATIC = ((4096, 512), (7168, 512))
@@ -173,15 +173,6 @@ def engram_gate_backward_kernel(H: int, dtype: str, threads: int, max_h: int):
     return engram_gate_backward
 
 
-def _variants():
-    static = tuple(Variant({"H": h, "dtype": d, "threads": t, "max_h": -(-h // (t * VEC)) * t * VEC},
-                           rule=STRIDES) for h, t in STATIC for d in DTYPES)
-    resident = tuple(Variant({"H": 0, "dtype": d, "threads": r.threads, "max_h": r.hi},
-                             rule=f"H % 8 == 0 and H > {r.lo} and H <= {r.hi} and {STRIDES}", priority=-1)
-                     for r in RESIDENT for d in DTYPES)
-    return static + resident
-
-
 ROW = ("T", "m", "H")
 SAVED = ("T", "m")
 SPECS = (
@@ -203,7 +194,7 @@ SPECS = (
                  Tensor("grad_we", ("m", "H"), dtype="float32", role="output"),
                  Tensor("partial", (f"(T + {ROWS - 1}) // {ROWS}", "m", "H"), dtype="float32", role="scratch")),
         scalars=(Scalar("clamp", "float32"),),
-        factory=engram_gate_backward_kernel, variants=_variants(),
+        factory=engram_gate_backward_kernel, variants=row_variants(STATIC, RESIDENT),
         reference="tkreg.reference.engram:engram_gate_backward",
     ),
 )

@@ -159,13 +159,15 @@ def engram_fused_weight_kernel(dtype: str, threads: int):
 STRIDES = "kst % 8 == 0 and ksh % 8 == 0 and vst % 8 == 0"
 
 
-def _variants():
-    static = tuple(Variant({"H": h, "dtype": d, "threads": t, "max_h": -(-h // (t * VEC)) * t * VEC},
-                           rule=STRIDES) for h, t in STATIC for d in DTYPES)
-    resident = tuple(Variant({"H": 0, "dtype": d, "threads": r.threads, "max_h": r.hi},
-                             rule=f"H % 8 == 0 and H > {r.lo} and H <= {r.hi} and {STRIDES}", priority=-1)
-                     for r in RESIDENT for d in DTYPES)
-    return static + resident
+def row_variants(static, resident):
+    """The gate kernels' variants: a static-H one per (H, threads) of `static`, then the any-H
+    resident ranges (priority -1) of `resident`, each for bf16 and with the stride rule."""
+    fixed = tuple(Variant({"H": h, "dtype": d, "threads": t, "max_h": -(-h // (t * VEC)) * t * VEC},
+                          rule=STRIDES) for h, t in static for d in DTYPES)
+    ranges = tuple(Variant({"H": 0, "dtype": d, "threads": r.threads, "max_h": r.hi},
+                           rule=f"H % 8 == 0 and H > {r.lo} and H <= {r.hi} and {STRIDES}", priority=-1)
+                   for r in resident for d in DTYPES)
+    return fixed + ranges
 
 
 SPECS = (
@@ -184,7 +186,7 @@ SPECS = (
                  Tensor("rstd_x", ("T", "m"), dtype="float32", role="output"),
                  Tensor("rstd_k", ("T", "m"), dtype="float32", role="output")),
         scalars=(Scalar("clamp", "float32"), Scalar("eps", "float32")),
-        factory=engram_gate_kernel, variants=_variants(),
+        factory=engram_gate_kernel, variants=row_variants(STATIC, RESIDENT),
         reference="tkreg.reference.engram:engram_gate", backward="tkreg.ops.engram:EngramGateGrad",
     ),
     OpSpec(

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
+
+from .timing import gpu_ms
 
 QWEN3_8B = dict(hidden=4096, heads=32, kv_heads=8, head_dim=128, inter=12288, eps=1e-6, theta=1e6)
 PAGE = 64
@@ -160,19 +161,6 @@ def tkreg_stack(torch, W, c, swiglu: bool, fp8: bool = False):
     return stack
 
 
-def median_ms(torch, fn, reps=20, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for a, e in ev:
-        a.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(e) for a, e in ev)
-
-
 def graphed(torch, fn):
     """(replay, capture seconds) of fn captured in a CUDA graph after a warm-up on a side stream."""
     s = torch.cuda.Stream()
@@ -232,7 +220,7 @@ def run_case(torch, W, c, b, s, ctx, comp, tk, rows, log):
         our_fn, capture_s = graphed(torch, ours)
     else:
         their_fn, our_fn, capture_s = theirs, ours, 0.0
-    t_ours, t_theirs = median_ms(torch, our_fn), median_ms(torch, their_fn)
+    t_ours, t_theirs = gpu_ms(our_fn, [()], reps=20, warmup=3), gpu_ms(their_fn, [()], reps=20, warmup=3)
     tokens = b * s
     rows.append(dict(case=case, tkreg_ms=t_ours, torch_compile_ms=t_theirs, speedup=t_theirs / t_ours,
                      tkreg_tok_s=tokens / t_ours * 1e3, torch_tok_s=tokens / t_theirs * 1e3, rel_err=err,

@@ -24,7 +24,8 @@ import argparse
 import json
 import time
 
-from .decoder import median_ms, model_table
+from .decoder import model_table
+from .timing import gpu_ms
 
 DENSE = dict(hidden_size=4096, intermediate_size=12288, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
              vocab_size=151936, rope_theta=1e6, max_position_embeddings=40960, tie_word_embeddings=False)
@@ -54,7 +55,7 @@ def prefill_case(torch, model, b, s, runs, compiled):
         return lambda: m(input_ids=ids, use_cache=False, logits_to_keep=1).logits
     eager = call(model)
     ref = eager().float()
-    runs["stock eager"] = (median_ms(torch, eager, reps=10), 0.0)
+    runs["stock eager"] = (gpu_ms(eager, [()], reps=10), 0.0)
 
     def comp():
         t0 = time.perf_counter()
@@ -62,7 +63,7 @@ def prefill_case(torch, model, b, s, runs, compiled):
         fn()
         torch.cuda.synchronize()
         setup = time.perf_counter() - t0
-        return median_ms(torch, fn, reps=10), setup
+        return gpu_ms(fn, [()], reps=10), setup
     guarded(runs, "stock compiled", comp)
     return ids, ref
 
@@ -100,7 +101,7 @@ def decode_case(torch, model, cfg, b, layers, kind, compile_fn=None):
         t0 = time.perf_counter()
         graph = capture_decode(model, cache)
         setup = time.perf_counter() - t0
-        ms = median_ms(torch, lambda: graph.step(ids, pos), reps=20)
+        ms = gpu_ms(lambda: graph.step(ids, pos), [()], reps=20)
         return ms, setup
     cache = DynamicCache(config=cfg) if kind == "eager" else StaticCache(config=cfg, max_cache_len=CONTEXT + 64)
     fill(torch, cache, cfg, b, layers, CONTEXT, kind)
@@ -116,7 +117,7 @@ def decode_case(torch, model, cfg, b, layers, kind, compile_fn=None):
         call()
     torch.cuda.synchronize()
     setup = time.perf_counter() - t0 if compile_fn is not None else 0.0
-    return median_ms(torch, call, reps=20, warmup=2), setup
+    return gpu_ms(call, [()], reps=20, warmup=2), setup
 
 
 def guarded(runs, name, fn):
@@ -171,7 +172,7 @@ def main(argv=None):
                 out = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits.float()
                 ref = refs[tuple(ids.shape)]
                 runs["err"] = float((out - ref).norm() / ref.norm())
-                runs["tkreg"] = (median_ms(torch, lambda: model(input_ids=ids, use_cache=False, logits_to_keep=1).logits,
+                runs["tkreg"] = (gpu_ms(lambda: model(input_ids=ids, use_cache=False, logits_to_keep=1).logits, [()],
                                            reps=10), 0.0)
             else:
                 guarded(runs, "tkreg", lambda: decode_case(torch, model, cfg, tokens, a.layers, "tkreg"))

@@ -21,7 +21,7 @@ def __getattr__(name):  # PEP 562: the run time is imported on first use, not by
     import importlib
     if name in _LAZY:
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    if name in ("ops", "runtime", "registry", "api", "torch_library", "reference", "bench", "cli"):
+    if name in ("ops", "nn", "blocks", "runtime", "registry", "api", "torch_library", "reference", "bench", "cli"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'tkreg' has no attribute {name!r}")
 
@@ -33,5 +33,5 @@ def register_torch_ops() -> list[str]:
     return RUNTIME.register_torch()
 
 
-__all__ = ["ops", "call", "explain", "kernelize", "list_ops", "register_pack", "register_torch_ops", "errors",
+__all__ = ["ops", "blocks", "call", "explain", "kernelize", "list_ops", "register_pack", "register_torch_ops", "errors",
            "LaunchError", "NoKernelError", "PackError", "SpecError", "UnsupportedDeviceError", "__version__"]

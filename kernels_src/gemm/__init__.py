@@ -11,6 +11,8 @@
               rows outside every segment are never written.
 - swiglu.py   tkreg.gemm_swiglu: out[M, N/2] = silu(a @ gate^T) * (a @ up^T) from the packed gate_up
               weight (tkreg.ops.pack_gate_up), the SwiGLU in the GEMM's epilogue; sm_90a.
+- gradients.py tkreg.gemm_dgrad / gemm_wgrad / gemm_wgrad_accumulate: a Linear layer's input and weight
+              gradients (dy @ w, dy^T @ x; the latter also added into an fp32 main grad), sm_90a.
 - split_k.py  split-K (fp32 partials in the op's `workspace`, summed in split order) and its reduce kernel.
 - classes.py  the shape-class rules (`tkreg.explain` shows which class a call gets).
 - tiles/      the tile bodies: sm_90a warp-specialized bf16 and FP8 tiles (producer warpgroup +
@@ -24,7 +26,8 @@ Tuning history and measured tables: docs/gemm-tuning.md.
 """
 from .dense import SPECS as _DENSE
 from .fp8 import SPECS as _FP8
+from .gradients import SPECS as _GRADIENTS
 from .grouped import SPECS as _GROUPED
 from .swiglu import SPECS as _SWIGLU
 
-SPECS = _DENSE + _FP8 + _GROUPED + _SWIGLU
+SPECS = _DENSE + _FP8 + _GROUPED + _SWIGLU + _GRADIENTS

@@ -232,5 +232,6 @@ SPECS = (
         factory=gemm_factory,
         variants=shape_variants(CLASSES, "sm_90a") + shape_variants(SM100_CLASSES, "sm_100a"),
         reference="tkreg.reference.gemm:gemm",
+        backward="tkreg.ops.gemm:GemmGrad",
     ),
 )

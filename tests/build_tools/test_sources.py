@@ -13,7 +13,7 @@ from build_tools import sources
 from build_tools.sources import SourceRef, local_imports
 
 ROOT = Path(__file__).resolve().parents[2]
-FAMILIES = {"activation", "attention", "engram", "gemm", "moe", "norm", "quant", "rotary"}
+FAMILIES = {"activation", "attention", "engram", "gemm", "mhc", "moe", "norm", "quant", "rotary"}
 
 
 def _write(path, text):

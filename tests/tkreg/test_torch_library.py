@@ -115,8 +115,8 @@ def test_rms_norm_autograd_matches_torch(seed):
 
 def test_ops_without_backward_refuse_clearly():
     a = torch.randn(4, 64, dtype=BF16, requires_grad=True)
-    with pytest.raises(RuntimeError, match="tkreg.gemm has no backward kernel"):
-        tkreg.ops.gemm(a, torch.randn(8, 64, dtype=BF16))
+    with pytest.raises(RuntimeError, match="tkreg.gemm_swiglu has no backward kernel"):
+        tkreg.ops.gemm_swiglu(a, torch.randn(16, 64, dtype=BF16))
     with pytest.raises(RuntimeError, match="out= tensors do not support autograd"):
         tkreg.ops.rms_norm(torch.randn(2, 1024, dtype=BF16, requires_grad=True), torch.randn(1024, dtype=BF16),
                            out=torch.empty(2, 1024, dtype=BF16))

@@ -125,7 +125,7 @@ def cold_start_ms(runs=7) -> tuple[float, float]:
 
 
 # One module per op family, each with `cases(quick, ceiling, progress) -> list[Row]`.
-FAMILIES = ("norm", "gemm", "activation", "rotary", "fp8", "quant", "attention", "paged_attention", "grouped_gemm", "moe", "moe_layer", "engram")
+FAMILIES = ("norm", "gemm", "activation", "rotary", "fp8", "quant", "attention", "paged_attention", "grouped_gemm", "moe", "moe_layer", "engram", "mhc")
 
 
 def _family(name):
@@ -225,8 +225,9 @@ def model_section(models: list) -> list:
     """BENCHMARKS.md's first tables: whole models, from `tkreg.bench.decoder` / `.models` JSONs."""
     out = ["## Models\n"]
     for m in models:
-        out += [f"**{m['title']}** — {m['date']} on {m['gpu']}, torch {m['torch']}: `{m['command']}`\n",
-                "| " + " | ".join(m["header"]) + " |", "|" + "---|" * len(m["header"])]
+        out += [f"**{m['title']}** — {m['date']} on {m['gpu']}, torch {m['torch']}: `{m['command']}`\n"]
+        out += [f"Note: {m['note']}\n"] if m.get("note") else []
+        out += ["| " + " | ".join(m["header"]) + " |", "|" + "---|" * len(m["header"])]
         out += ["| " + " | ".join(str(c) for c in r) + " |" for r in m["rows"]] + [""]
     return out
 

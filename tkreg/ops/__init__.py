@@ -7,8 +7,13 @@ variant and launches; outputs are allocated unless `out=` is given.
 from .activation import silu_and_mul, silu_and_mul_backward, swiglu  # noqa: F401
 from .attention import flash_attention, flash_attention_varlen, paged_decode_attention  # noqa: F401
 from .engram import engram_fused_weight, engram_gate, engram_gate_backward, engram_gate_fwd, engram_hash  # noqa: F401
-from .gemm import (fp8_gemm, fp8_grouped_gemm, fp8_grouped_gemm_masked, gemm, gemm_swiglu,  # noqa: F401
-                   grouped_gemm, grouped_gemm_masked, pack_gate_up, unpack_gate_up)
+from .gemm import (fp8_gemm, fp8_grouped_gemm, fp8_grouped_gemm_masked, gemm, gemm_dgrad, gemm_swiglu,  # noqa: F401
+                   gemm_wgrad, grouped_gemm, grouped_gemm_masked, pack_gate_up, unpack_gate_up)
+from .mhc import (expand_to_mhc, expand_to_mhc_backward, mhc_head_compute_mix,  # noqa: F401
+                  mhc_head_compute_mix_backward, mhc_post, mhc_post_backward, mhc_pre_apply_mix,
+                  mhc_pre_apply_mix_backward, mhc_pre_big_fuse, mhc_pre_norm_fn, mhc_pre_norm_fn_backward,
+                  mhc_pre_norm_fn_fwd, mhc_pre_split_mixes, mhc_pre_split_mixes_backward, sinkhorn_normalize,
+                  sinkhorn_normalize_backward)
 from .moe import (expert_counts, group_limited_topk_gate, moe_combine, moe_expand,  # noqa: F401
                   moe_mapping, topk_gate)
 from .norm import fused_add_rms_norm, rms_norm, rms_norm_backward, rms_norm_heads  # noqa: F401

@@ -1,4 +1,5 @@
-"""Typed functions for the GEMM family: gemm, fp8_gemm and the MoE grouped GEMMs.
+"""Typed functions for the GEMM family: gemm (differentiable: GemmGrad) and its gradients, fp8_gemm
+and the MoE grouped GEMMs.
 
 Grouped layouts, contiguous: rows of expert e are a[offsets[e]:offsets[e + 1]]; every non-empty
 segment starts at a multiple of 128 rows (what tkreg's routing pads to; DeepGEMM's contiguous
@@ -21,6 +22,90 @@ def gemm(a, b, bias=None, *, out=None):
     if compiling():
         return graph("tkreg.gemm", out, a, b, bias)
     return OPS["tkreg.gemm"](a, b, bias, out)
+
+
+def gemm_dgrad(dy, w, *, out=None):
+    """A Linear layer's input gradient: dx[M, K] = dy[M, N] @ w[N, K] (w as stored), bf16/fp16 with
+    fp32 accumulation, dy's dtype (N, K % 8 == 0; sm_90a, elsewhere NoKernelError)."""
+    if compiling():
+        return graph("tkreg.gemm_dgrad", out, dy, w)
+    return OPS["tkreg.gemm_dgrad"](dy, w, out)
+
+
+def gemm_wgrad(dy, x, *, main_grad=None, out=None):
+    """A Linear layer's weight gradient, reduced over the M tokens: dw[N, K] = dy[M, N]^T @ x[M, K],
+    fp32 accumulation, in dy's dtype; with `main_grad` (fp32 [N, K], Megatron's main grad) the
+    product is added there in fp32 instead (in place) and main_grad is returned.  N, K % 8 == 0;
+    sm_90a (elsewhere NoKernelError)."""
+    if main_grad is not None:
+        if out is not None:
+            raise ValueError("tkreg.gemm_wgrad: give `main_grad` (accumulate in place) or `out=`, not both")
+        if compiling():
+            graph("tkreg.gemm_wgrad_accumulate", None, dy, x, main_grad)
+        else:
+            OPS["tkreg.gemm_wgrad_accumulate"](dy, x, main_grad)
+        return main_grad
+    if compiling():
+        return graph("tkreg.gemm_wgrad", out, dy, x)
+    return OPS["tkreg.gemm_wgrad"](dy, x, out)
+
+
+def _kernels_serve(name: str, dy, other) -> bool:
+    """Whether `name` runs a kernel (or, on the CPU with TKREG_FALLBACK=reference, its reference)
+    for dy[M, N] and other[., K]: a 16-bit dtype, TMA-loadable rows and a pack for the device."""
+    import torch
+
+    from .. import env
+    from ..runtime import RUNTIME
+    if dy.dtype not in (torch.bfloat16, torch.float16) or dy.shape[1] % 8 or other.shape[1] % 8:
+        return False
+    if not dy.is_cuda:
+        return env.fallback_reference()
+    return RUNTIME.arch_of(dy.device.index or 0) in RUNTIME.registry.entry(name).archs()
+
+
+class GemmGrad:
+    """Autograd of tkreg.gemm (its spec names this class as `backward`): y = a @ b^T (+ bias) gives
+    da = dy @ b (tkreg.gemm_dgrad), db = dy^T @ a (tkreg.gemm_wgrad), dbias = dy summed over the
+    rows (fp32, rounded once).  A weight with a `main_grad` (fp32, as Megatron keeps) gets db added
+    there and returns None (eager; a compiled graph sees no attribute and returns db).  Where no
+    kernel serves the device or shape, torch.matmul with the same transposes (fp32 into main_grad)."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        a, b = inputs[:2]
+        ctx.save_for_backward(a, b)
+        ctx.has_bias = len(inputs) > 2 and inputs[2] is not None
+
+    @staticmethod
+    def backward(ctx, dy):
+        import torch
+
+        from ._route import op
+        a, b = ctx.saved_tensors
+        dy = dy.contiguous()
+        needs = tuple(ctx.needs_input_grad)    # (a, b) when the call left bias out, else (a, b, bias)
+        need_a, need_b, need_bias = (needs + (False,))[:3]
+        da = db = dbias = None
+        if need_a:
+            if _kernels_serve("tkreg.gemm_dgrad", dy, b):
+                da = op("tkreg.gemm_dgrad")(dy, b)
+            else:
+                da = torch.matmul(dy, b)
+        if need_b:
+            main = getattr(b, "main_grad", None)
+            served = _kernels_serve("tkreg.gemm_wgrad", dy, a)
+            if main is not None and served:
+                op("tkreg.gemm_wgrad_accumulate")(dy, a, main)
+            elif main is not None:
+                main.add_(torch.matmul(dy.t().float(), a.float()))
+            elif served:
+                db = op("tkreg.gemm_wgrad")(dy, a)
+            else:
+                db = torch.matmul(dy.t(), a)
+        if ctx.has_bias and need_bias:
+            dbias = dy.sum(0, dtype=torch.float32).to(dy.dtype)
+        return (da, db, dbias)[:len(needs)]
 
 
 def pack_gate_up(gate_w, up_w):

@@ -1,7 +1,11 @@
-"""Typed function for rotary embedding (in place on q and k, vLLM's calling convention)."""
+"""Typed function for rotary embedding (in place on q and k, vLLM's calling convention), and its
+autograd: the gradient of a rotation by theta is the rotation by -theta, so the backward runs the
+same kernel on the gradients with the cache's sines negated (`inverse_cache`): no other kernel."""
 from __future__ import annotations
 
 from math import prod
+
+import torch   # already imported with tkreg.ops (the run time's tensors); the Function below needs it
 
 from ..runtime import OPS
 from ._route import compiling, graph
@@ -14,7 +18,10 @@ def rotary_embedding(positions, q, k, cos_sin_cache, is_neox: bool = True):
     likewise with HK heads; bf16/fp16, contiguous; cos_sin_cache in q's dtype, row p holding
     D/2 cosines then D/2 sines; positions int64 (clamped to [0, P - 1]).  `is_neox` rotates
     halves (x[i], x[i + D/2]), else interleaved pairs (x[2i], x[2i + 1]) as GPT-J.  D = 64 or 128.
+    Differentiable in q and k (in place, as torch's in-place ops: not on leaves that require grad).
     """
+    if _recording(q, k):
+        return RotaryEmbeddingGrad.apply(positions, q, k, cos_sin_cache, is_neox)
     if positions.dim() == 1 and q.dim() == 2 and k.dim() == 2 and not compiling():
         OPS["tkreg.rotary_embedding"](positions, q, k, cos_sin_cache, is_neox)
         return q, k
@@ -29,6 +36,44 @@ def rotary_embedding(positions, q, k, cos_sin_cache, is_neox: bool = True):
     else:
         OPS["tkreg.rotary_embedding"](pv, qv, kv, cos_sin_cache, is_neox)
     return q, k
+
+
+def _recording(q, k) -> bool:
+    return torch.is_grad_enabled() and (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False))
+
+
+def inverse_cache(cos_sin_cache):
+    """cos_sin_cache[P, D] with its sines negated: rows of the rotation by -theta.  Kept on the
+    cache tensor (eager) while the cache is unchanged, so a training step builds it once."""
+    held = getattr(cos_sin_cache, "_tkreg_inverse", None)
+    if held is not None and held[0] == cos_sin_cache._version:
+        return held[1]
+    half = cos_sin_cache.shape[1] // 2
+    inv = torch.cat((cos_sin_cache[:, :half], -cos_sin_cache[:, half:]), dim=1)
+    if type(cos_sin_cache) in (torch.Tensor, torch.nn.Parameter) and not compiling():
+        cos_sin_cache._tkreg_inverse = (cos_sin_cache._version, inv)
+    return inv
+
+
+class RotaryEmbeddingGrad(torch.autograd.Function):
+    """Autograd of rotary_embedding: q, k rotated in place (marked dirty); dq, dk = the gradients
+    rotated back (copies: autograd's gradients are not ours to overwrite)."""
+
+    @staticmethod
+    def forward(ctx, positions, q, k, cos_sin_cache, is_neox):
+        rotary_embedding(positions, q, k, cos_sin_cache, is_neox)
+        ctx.mark_dirty(q, k)
+        ctx.save_for_backward(positions, cos_sin_cache)
+        ctx.is_neox = is_neox
+        return q, k
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        positions, cache = ctx.saved_tensors
+        dq = dq.clone(memory_format=torch.contiguous_format)
+        dk = dk.clone(memory_format=torch.contiguous_format)
+        rotary_embedding(positions, dq, dk, inverse_cache(cache), ctx.is_neox)
+        return None, dq, dk, None, None
 
 
 def qk_norm_rope_cache(q, k, v, positions, cos_sin_cache, *, q_weight=None, k_weight=None, eps: float = 1e-6,

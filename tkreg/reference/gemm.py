@@ -18,6 +18,25 @@ def gemm(a, b, bias=None):
     return out.to(a.dtype)
 
 
+def gemm_dgrad(dy, w):
+    """dx[M, K] = dy[M, N] @ w[N, K] (tkreg.gemm's input gradient), fp32 accumulation, dy's dtype."""
+    import torch
+    return torch.matmul(dy.float(), w.float()).to(dy.dtype)
+
+
+def gemm_wgrad(dy, x):
+    """dw[N, K] = dy[M, N]^T @ x[M, K] (tkreg.gemm's weight gradient), fp32 accumulation, dy's dtype."""
+    import torch
+    return torch.matmul(dy.float().t(), x.float()).to(dy.dtype)
+
+
+def gemm_wgrad_accumulate(dy, x, main_grad):
+    """main_grad[N, K] += dy^T @ x in fp32, in place (Megatron's fp32 main grad); returns None."""
+    import torch
+    main_grad.add_(torch.matmul(dy.float().t(), x.float()))
+    return None
+
+
 # gate / up rows alternate in groups of SWIGLU_GROUP in the packed gate_up weight (the kernels pair
 # them inside a thread's accumulator fragment: kernels_src/gemm/tiles/__init__.py)
 SWIGLU_GROUP = 8

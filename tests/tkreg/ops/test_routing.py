@@ -95,6 +95,11 @@ CASES = [
     *[case("gemm_swiglu", dt, M=m, N=n, K=k) for dt in (BF, FP)
       for m, n, k in ((1, 24576, 4096), (32, 24576, 4096), (64, 28672, 4096), (33, 3072, 4096), (4096, 24576, 4096),
                       (512, 28672, 4096), (100, 24, 64), (3, 32, 60))],
+    # gemm_dgrad / gemm_wgrad (sm_90a): training shapes (dgrad's large tiles), small and ragged ones (N = 60: TMA rows
+    # the launcher refuses, as for gemm)
+    *[case(op, dt, M=m, N=n, K=k) for op in ("gemm_dgrad", "gemm_wgrad", "gemm_wgrad_accumulate") for dt in (BF, FP)
+      for m, n, k in ((8192, 4096, 14336), (4096, 14336, 4096), (16384, 28672, 4096), (100, 200, 72), (1, 4096, 4096),
+                      (77, 60, 64))],
     *[case("fp8_gemm", F8, arch=arch, M=m, N=n, K=k) for arch in ARCHS
       for m, n, k in ((1, 4096, 14336), (16, 1000, 8192), (1, 4096, 4096), (16, 28672, 4096), (8, 5120, 1024),
                       (17, 4096, 14336), (64, 4096, 8192), (32, 28672, 4096), (64, 4096, 4096), (33, 8192, 8192),
@@ -156,6 +161,27 @@ CASES = [
     *[case("engram_fused_weight", BF, m=4, H=h) for h in (4096, 7168, 100)],
     *[case("engram_gate_backward", BF, T=t, m=m, H=h, clamp=1e-6) for t, m in ((37, 4), (1, 2))
       for h in (4096, 7168, 64, 4104, 6144, 16384, 4100, 16392)],
+    # mhc: row ops at V4's sizes, other m and H (any-m apply_mix; no kernel: H % 8, post at m != 4);
+    # the per-token math at any T; norm_fn / big_fuse / norm_fn_backward across the split-K token
+    # ranges and both resident ranges, with and without norm_weight, no kernel (H % 64, H > 16384, m != 4)
+    *[case("expand_to_mhc", BF, T=t, H=h, mhc_mult=k) for t, h, k in ((37, 4096, 4), (0, 7168, 4), (5, 64, 2), (5, 100, 4))],
+    *[case("expand_to_mhc_backward", BF, T=t, m=k, H=h) for t, k, h in ((37, 4, 4096), (0, 4, 7168), (5, 3, 64), (5, 4, 100))],
+    *[case(op, BF, T=t, m=k, H=h) for op in ("mhc_pre_apply_mix", "mhc_post", "mhc_pre_apply_mix_backward", "mhc_post_backward")
+      for t, k, h in ((37, 4, 4096), (0, 4, 7168), (5, 2, 7168), (5, 8, 64), (5, 4, 100))],
+    *[case(op, "float32", T=t, mhc_mult=k, post_mult_value=2.0, **extra) for t, k in ((37, 4), (0, 4), (5, 2), (5, 5))
+      for op, extra in (("mhc_pre_split_mixes", {"pre_eps": 1e-6}), ("mhc_pre_split_mixes_backward", {}))],
+    *[case(op, "float32", T=t, m=k, repeat=r, eps=1e-6) for op in ("sinkhorn_normalize", "sinkhorn_normalize_backward")
+      for t, k, r in ((37, 4, 10), (0, 4, 10), (5, 2, 10), (5, 4, 0), (5, 4, 33))],
+    *[case("mhc_head_compute_mix", "float32", T=t, m=k, pre_eps=1e-6) for t, k in ((37, 4), (0, 4), (5, 3))],
+    *[case("mhc_head_compute_mix_backward", "float32", T=t, m=k) for t, k in ((37, 4), (0, 4), (5, 33))],
+    *[case("mhc_pre_norm_fn", BF, absent=ab, T=t, m=4, H=h, eps=1e-6) for ab in ((), ("norm_weight",))
+      for t in (0, 1, 256, 257, 4096, 4097, 16384) for h in (4096, 7168, 64, 100)],
+    *[case("mhc_pre_norm_fn", BF, T=37, m=2, H=4096, eps=1e-6)],
+    *[case("mhc_pre_big_fuse", BF, absent=ab, T=t, m=4, H=h, rms_eps=1e-6, pre_eps=1e-6, sinkhorn_eps=1e-6,
+           post_mult_value=1.0, sinkhorn_repeat=10) for ab in ((), ("norm_weight",))
+      for t in (1, 256, 257, 4097) for h in (4096, 7168, 8256, 16384, 100, 16448)],
+    *[case("mhc_pre_norm_fn_backward", BF, absent=ab, T=t, m=k, H=h) for ab in ((), ("norm_weight",))
+      for t, k, h in ((37, 4, 4096), (0, 4, 7168), (16384, 4, 7168), (5, 2, 4096), (5, 4, 100))],
 ]
 
 

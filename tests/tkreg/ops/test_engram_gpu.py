@@ -10,10 +10,13 @@ the same GPU.
   calc_diff(a, b) = 1 - 2 sum(ab) / sum(a^2 + b^2) < 2e-10 (fp64) for out, dot, gate, rstd_x and
   rstd_k, against the fp32 reference.
 - engram_fused_weight: bit-exact.
-- engram_gate_backward (and autograd through tkreg.ops.engram_gate): against torch autograd of
-  tkreg.reference.engram.engram_gate (x, k, v bf16 leaves, wh and we fp32 leaves, as TileKernels'
-  test), calc_diff < 1e-8 for every gradient (TileKernels' bound), at the same T and H; through
-  autograd the weight gradients come back in the weights' bf16, bound 2e-6 (bf16 rounding).
+- engram_gate_backward: against tkreg.reference.engram.engram_gate_backward fed the same saved
+  values (the same closed form in fp32: TileKernels' bound, calc_diff < 1e-8), and that form against
+  torch autograd of the reference forward (x, k, v bf16 leaves, wh and we fp32 leaves), bound
+  AUTOGRAD_DIFF: the closed form's 1 / sqrt(|s|) turns fp32 rounding of dot near s = 0 into
+  gradient differences (an H200 run measured 2e-8 .. 6e-6 between the kernel and autograd, while
+  TileKernels checks its kernel against its own closed form).  Through autograd the weight
+  gradients come back in the weights' bf16, bound 2e-6 (bf16 rounding) beyond that.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ pytestmark = pytest.mark.gpu
 BF16, I32, I64 = torch.bfloat16, torch.int32, torch.int64
 TOKENS = (0, 1, 37, 4097, 16384)
 DIFF = 2e-10          # TileKernels' tests/engram bound on calc_diff
+AUTOGRAD_DIFF = 2e-5  # the closed-form backward against autograd of the forward (module docstring)
 
 
 def calc_diff(a, b) -> float:
@@ -126,15 +130,18 @@ def check_backward(args, grad_out, clamp=1e-6, eps=1e-20):
     want = autograd_reference(*args, grad_out, clamp, eps)
     saved = ops.engram_gate_fwd(*args, clamp, eps)[1:]
     got = ops.engram_gate_backward(grad_out, *args, *saved, clamp)
-    for name, a, b in zip(("grad_x", "grad_k", "grad_v", "grad_wh", "grad_we"), got, want):
-        assert a.shape == b.shape, name
+    closed = ref.engram_gate_backward(grad_out, *args, *saved, clamp)
+    for name, a, b, c in zip(("grad_x", "grad_k", "grad_v", "grad_wh", "grad_we"), got, closed, want):
+        assert a.shape == b.shape == c.shape, name
         d = calc_diff(a, b)
-        assert d < 1e-8, f"{name}: calc_diff {d:.3e}"
+        assert d < 1e-8, f"{name}: calc_diff {d:.3e} against the closed form"
+        d = calc_diff(a, c)
+        assert d < AUTOGRAD_DIFF, f"{name}: calc_diff {d:.3e} against autograd"
     leaves = [a.clone().requires_grad_() for a in args]            # autograd through the op
     ops.engram_gate(*leaves, clamp, eps).backward(grad_out)
     for name, a, b in zip(("x", "k", "v", "wh", "we"), leaves, want):
         d = calc_diff(a.grad, b)                                   # wh, we: grads rounded to bf16 (rms 2^-9 / sqrt 3)
-        assert d < (1e-8 if name in ("x", "k", "v") else 2e-6), f"autograd {name}: calc_diff {d:.3e}"
+        assert d < AUTOGRAD_DIFF + (0 if name in ("x", "k", "v") else 2e-6), f"autograd {name}: calc_diff {d:.3e}"
 
 
 @pytest.mark.parametrize("h", [4096, 7168])

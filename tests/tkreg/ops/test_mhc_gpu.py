@@ -5,7 +5,10 @@ run on the same GPU, with TileKernels' input distributions (residual randn, rows
 Sizes: T in {0, 1, 37, 4097, 16384} x H in {4096, 7168}, plus other H (any H % 8 for the row ops,
 H % 64 for norm_fn and big_fuse).  Tolerances are TileKernels' tests/mhc ones:
 - expand: exact.  post: torch.testing defaults for bf16 (rtol 1.6e-2, atol 1e-5), as test_post.
-- apply_mix: atol 1e-2, rtol 1e-3 (test_pre_apply_mix).
+- apply_mix: atol 1e-2 (test_pre_apply_mix) and rtol 2^-7, not its 1e-3: TileKernels' reference
+  sums in its kernel's order, torch's sum here in another, and two fp32 sums rounded once to bf16
+  may land one bf16 ulp apart (up to 2^-7 relative), which 1e-3 refuses above |x| ~ 1.3: at 37
+  tokens no element was that unlucky, from 4097 up some always are.
 - split_mixes: rtol 1e-5, atol 2e-5 (test_pre_split_mixes).  head_compute_mix (and its backward):
   rtol 1e-4, atol 1e-5 (test_head_compute_mix).
 - sinkhorn: torch.testing defaults for fp32 (rtol 1.3e-6, atol 1e-5) (test_sinkhorn).
@@ -34,6 +37,7 @@ BF16, F32 = torch.bfloat16, torch.float32
 TOKENS = (0, 1, 37, 4097, 16384)
 HIDDEN = (4096, 7168)
 M, N = 4, 24
+APPLY_RTOL = 2 ** -7   # one bf16 ulp (module docstring)
 
 
 def inputs(t, h, weight=False):
@@ -55,7 +59,7 @@ def test_row_ops(t, h):
     comb = torch.rand(t, M, M, device="cuda")
     assert torch.equal(ops.expand_to_mhc(x, M), ref.expand_to_mhc(x, M))
     torch.testing.assert_close(ops.mhc_pre_apply_mix(residual, pre), ref.mhc_pre_apply_mix(residual, pre),
-                               atol=1e-2, rtol=1e-3)
+                               atol=1e-2, rtol=APPLY_RTOL)
     torch.testing.assert_close(ops.mhc_post(x, residual, post, comb), ref.mhc_post(x, residual, post, comb))
 
 
@@ -63,7 +67,7 @@ def test_row_ops(t, h):
 def test_any_m_row_ops(m):
     torch.manual_seed(m)
     r, pre = torch.randn(37, m, 4096, device="cuda").to(BF16), torch.rand(37, m, 1, device="cuda")
-    torch.testing.assert_close(ops.mhc_pre_apply_mix(r, pre), ref.mhc_pre_apply_mix(r, pre), atol=1e-2, rtol=1e-3)
+    torch.testing.assert_close(ops.mhc_pre_apply_mix(r, pre), ref.mhc_pre_apply_mix(r, pre), atol=1e-2, rtol=APPLY_RTOL)
     x = r[:, 0].contiguous()                                          # expand takes contiguous rows, as TileKernels
     assert torch.equal(ops.expand_to_mhc(x, m), ref.expand_to_mhc(x, m))
 
@@ -117,7 +121,7 @@ def test_big_fuse(t, h):
     r_post, r_comb, r_x = ref.mhc_pre_big_fuse(residual, fn, scale, base, None, 1e-6, 1e-6, 1e-6, 1.0, 10)
     torch.testing.assert_close(post, r_post, rtol=1e-5, atol=2e-5)
     torch.testing.assert_close(comb, r_comb, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(x, r_x, atol=1e-2, rtol=1e-3)
+    torch.testing.assert_close(x, r_x, atol=1e-2, rtol=APPLY_RTOL)
 
 
 def test_big_fuse_with_norm_weight():
@@ -127,7 +131,7 @@ def test_big_fuse_with_norm_weight():
     want = ref.mhc_pre_big_fuse(residual, fn, scale, base, nw, 1e-6, 1e-6, 1e-6, 2.0, 20)
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=2e-5)
     torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(got[2], want[2], atol=1e-2, rtol=1e-3)
+    torch.testing.assert_close(got[2], want[2], atol=1e-2, rtol=APPLY_RTOL)
 
 
 # ---- backward against torch autograd of the references ----------------------------------------------

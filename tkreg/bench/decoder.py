@@ -7,8 +7,10 @@ The stack is Qwen3-8B-shaped: hidden 4096, 32 query / 8 KV heads of 128, qk-norm
 SwiGLU MLP 12288, bf16.  A layer:
     h = x + o_proj(attention(rope(q_norm(q)), rope(k_norm(k)), v))    qkv = one packed projection
     y = h + down(silu(gate(norm2(h))) * up(norm2(h)))                    gate/up = one packed weight
-torch   F.rms_norm, F.linear (cuBLAS), rotary in bf16 as transformers writes it, SDPA (GQA) over a
-        contiguous KV cache [B, HK, L, D] written by index; the whole stack under torch.compile.
+torch   F.rms_norm, F.linear (cuBLAS), rotary in bf16 as transformers writes it, SDPA over a
+        contiguous KV cache [B, HK, L, D] written by index (prefill: enable_gqa; decode: each KV
+        head's query heads as query rows, so no backend expands K/V); the whole stack under
+        torch.compile.
 tkreg   fused_add_rms_norm (the residual add folded into the next norm), gemm, qk_norm_rope_cache
         (qk-norm + rotary + the paged K/V write in one kernel, reading the qkv output in place),
         flash_attention (prefill) / paged_decode_attention (decode; pages of 64 tokens),
@@ -100,7 +102,10 @@ def torch_stack(torch, W, c):
             kc[li, :, :, start:start + s] = k.transpose(1, 2)
             vc[li, :, :, start:start + s] = v.transpose(1, 2)
             keys, vals = kc[li, :, :, :start + s], vc[li, :, :, :start + s]
-            a = F.scaled_dot_product_attention(q.transpose(1, 2), keys, vals, is_causal=s > 1, enable_gqa=True)
+            if s == 1:   # decode: a KV head's G query heads as G query rows (no GQA expansion of K/V)
+                a = F.scaled_dot_product_attention(q.reshape(b, hk, hq // hk, d), keys, vals).reshape(b, hq, 1, d)
+            else:
+                a = F.scaled_dot_product_attention(q.transpose(1, 2), keys, vals, is_causal=True, enable_gqa=True)
             x = r + F.linear(a.transpose(1, 2).reshape(b, s, hq * d), L["o"])
             r = x
             gu = F.linear(F.rms_norm(x, (x.shape[-1],), L["post_norm"], eps), L["gate_up"])

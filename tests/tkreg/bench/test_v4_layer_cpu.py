@@ -33,10 +33,11 @@ def test_tkreg_layer_matches_the_torch_layer(t):
     err = V.errors(torch, ours, ref, W, x, grad)
     assert set(err) >= {"output (inference)", "output (training)", "grad residual", "grad k", "grad v", "grad fn_a",
                         "grad wh", "grad qkv"}, sorted(err)
-    # each side rounds its bf16 intermediates in other places.  The 3-element scale gradients are
-    # sums of cancelling terms, so their relative error is rounding at any T (1.5e-2 seen at 37
-    # tokens); at one token nothing averages out (1e-2 .. 3.3e-2 seen).  Elsewhere: within 5e-3.
-    bar = {k: 5e-2 if t == 1 or k.startswith("grad scale") else 1e-2 for k in err}
+    # each side rounds its bf16 intermediates in other places.  The mHC mix parameters' gradients
+    # (scale[3], base[24]) are sums of cancelling terms, so their relative error is rounding at any
+    # T (1.1e-2 .. 1.5e-2 seen at 37 tokens); at one token nothing averages out (up to 3.3e-2
+    # seen).  Everything else: within 5e-3.
+    bar = {k: 5e-2 if t == 1 or k.startswith(("grad scale", "grad base")) else 1e-2 for k in err}
     assert all(err[k] < bar[k] for k in err), {k: v for k, v in err.items() if v >= bar[k]}
 
 

@@ -78,6 +78,26 @@ def seed(request):
     return s
 
 
+def _captured(fn):
+    """fn() captured into a CUDA graph after a warm-up on a side stream: (graph, its outputs)."""
+    import torch
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn()
+    return g, out
+
+
+@pytest.fixture(scope="session")
+def captured():
+    """`captured(fn)`: fn() captured into a CUDA graph after a side-stream warm-up -> (graph, outputs)."""
+    return _captured
+
+
 @pytest.fixture(scope="session")
 def c_eval():
     """`c_eval(prog, values, want)`: does the launcher's evaluator give `want` for the program over

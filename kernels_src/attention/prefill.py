@@ -143,7 +143,8 @@ SPECS = (
                  Tensor("out", ("B", "Sq", "HQ", "D"), dtype_of="q", role="output"),
                  Tensor("lse", ("B", "HQ", "Sq"), dtype="float32", role="output")),
         scalars=(_CAUSAL, _SCALE), factory=attention_factory,
-        variants=_variants(False), reference=_REF + "flash_attention"),
+        variants=_variants(False), reference=_REF + "flash_attention",
+        backward="tkreg.ops.attention:FlashAttentionGrad"),
     OpSpec(
         name="tkreg.flash_attention_varlen",
         doc="packed q[TQ, HQ, D], k/v[TK, HK, D], cu_seqlens_q/k[batch + 1] int32 -> out[TQ, HQ, D], "
@@ -156,5 +157,6 @@ SPECS = (
                  Tensor("out", ("TQ", "HQ", "D"), dtype_of="q", role="output"),
                  Tensor("lse", ("HQ", "TQ"), dtype="float32", role="output")),
         scalars=(Scalar("max_seqlen_q", "int32"), Scalar("max_seqlen_k", "int32"), _CAUSAL, _SCALE),
-        factory=attention_factory, variants=_variants(True), reference=_REF + "flash_attention_varlen"),
+        factory=attention_factory, variants=_variants(True), reference=_REF + "flash_attention_varlen",
+        backward="tkreg.ops.attention:FlashAttentionVarlenGrad"),
 )

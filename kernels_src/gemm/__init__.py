@@ -13,6 +13,10 @@
               weight (tkreg.ops.pack_gate_up), the SwiGLU in the GEMM's epilogue; sm_90a.
 - gradients.py tkreg.gemm_dgrad / gemm_wgrad / gemm_wgrad_accumulate: a Linear layer's input and weight
               gradients (dy @ w, dy^T @ x; the latter also added into an fp32 main grad), sm_90a.
+- fp8_gradients.py tkreg.fp8_gemm_wgrad / fp8_gemm_wgrad_accumulate: the FP8 weight gradient (DeepGEMM's
+              1D1D scaling) on the transposed per-channel casts, fp32 out or into a main grad, sm_90a.
+- grouped_gradients.py tkreg.grouped_gemm_dgrad / grouped_gemm_masked_dgrad / grouped_gemm_wgrad (+ _accumulate)
+              / grouped_gemm_masked_wgrad: the grouped GEMMs' gradients (k-grouped wgrad per expert), sm_90a.
 - split_k.py  split-K (fp32 partials in the op's `workspace`, summed in split order) and its reduce kernel.
 - classes.py  the shape-class rules (`tkreg.explain` shows which class a call gets).
 - tiles/      the tile bodies: sm_90a warp-specialized bf16 and FP8 tiles (producer warpgroup +
@@ -26,8 +30,12 @@ Tuning history and measured tables: docs/gemm-tuning.md.
 """
 from .dense import SPECS as _DENSE
 from .fp8 import SPECS as _FP8
+from .fp8_gradients import SPECS as _FP8_GRADIENTS
 from .gradients import SPECS as _GRADIENTS
 from .grouped import SPECS as _GROUPED
+from .grouped_gradients import SPECS as _GROUPED_GRADIENTS
 from .swiglu import SPECS as _SWIGLU
 
 SPECS = _DENSE + _FP8 + _GROUPED + _SWIGLU + _GRADIENTS
+SPECS += _FP8_GRADIENTS
+SPECS += _GROUPED_GRADIENTS

@@ -8,18 +8,23 @@
 - tkreg.gemm_wgrad_accumulate: the same product added in fp32 into main_grad[N, K] (in place, as
   Megatron keeps an fp32 main grad a weight); nothing rounded to 16 bits.
 
-WGMMA reads MN-major shared operands for 16-bit types, so both layouts are tilelang's pipelined
-tile (T.Pipelined K loop over TMA loads, which tilelang warp-specializes, after its Hopper GEMM
-example) with the loads and transposes above; fp32 accumulation, one rounding (the dtype outputs).
-TMA rows are 16 bytes: N % 8 == 0 and K % 8 == 0; M is any.  Classes (the Llama-8B-like training
-shapes of issue #52, M = 4096-16384, N and K of 4096-28672, fill the SMs with 128 x 256 tiles):
-  large   128 x 256 tiles, 4 stages (two consumer warpgroups), where they cover 3/4 of the SMs
-  small   64 x 128 tiles (dgrad only): every other shape; wgrad has the one class.
+WGMMA reads MN-major shared operands for 16-bit types, so both layouts run on WGMMA with the
+loads and transposes above; fp32 accumulation, one rounding (the dtype outputs).  TMA rows are 16
+bytes: N % 8 == 0 and K % 8 == 0; M is any.  Classes (the Llama-8B-like training shapes of issue
+#52, M = 4096-16384, N and K of 4096-28672, fill the SMs with 128 x 256 tiles):
+  large   the dense op's hand-written warp-specialized persistent tile (tiles/warp_specialized.py,
+          its "nn" / "tn" layouts), 128 x 256, 4 stages, where its tiles cover 3/4 of the SMs
+          (wgrad: always)
+  small   tilelang's pipelined tile (T.Pipelined over TMA loads, warp-specialized by tilelang),
+          64 x 128 (dgrad only), every other shape
+gemm_wgrad_accumulate runs the pipelined tile at 128 x 256 (its epilogue adds from registers).
 sm_90a only: elsewhere NoKernelError, and tkreg.gemm's autograd (tkreg.ops.gemm.GemmGrad) runs
 torch.matmul with the same transposes.
 """
 from kernels_src.common import DTYPES
 from tkreg.spec import OpSpec, Tensor, Variant
+
+from .tiles import PASS_CONFIGS
 
 LAYOUTS = ("dgrad", "wgrad")
 
@@ -65,9 +70,36 @@ def grad_body(T, layout: str, M, N, K, block_M: int, block_N: int, block_K: int,
     return body
 
 
-def grad_kernel(arch: str, shape_class: str, layout: str, dtype: str, accumulate: bool = False, **params):
-    """`shape_class` only names the variant.  sm_90a only."""
+def ws_grad_kernel(layout: str, dtype: str, block_N: int, stages: int, epilogue_cols: int):
+    """The hand-written warp-specialized persistent tile (tiles/warp_specialized.py) in its "nn"
+    (dgrad) or "tn" (wgrad) layout; the launcher passes the SM count."""
+    import tilelang.language as T
+
+    from .tiles.warp_specialized import warp_specialized_body
+    M, N, K, sms = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("SM_COUNT")
+    DY = T.Tensor((M, N), dtype)
+    if layout == "dgrad":
+        tile = warp_specialized_body(T, M, K, N, sms, block_N, stages, epilogue_cols, False, dtype, layout="nn")
+
+        @T.prim_func
+        def gemm_dgrad(dy: DY, w: T.Tensor((N, K), dtype), out: T.Tensor((M, K), dtype), SM_COUNT: sms):
+            tile(dy, w, None, None, out)
+        return gemm_dgrad
+    tile = warp_specialized_body(T, N, K, M, sms, block_N, stages, epilogue_cols, False, dtype, layout="tn")
+
+    @T.prim_func
+    def gemm_wgrad(dy: DY, x: T.Tensor((M, K), dtype), out: T.Tensor((N, K), dtype), SM_COUNT: sms):
+        tile(dy, x, None, None, out)
+    return gemm_wgrad
+
+
+def grad_kernel(arch: str, shape_class: str, layout: str, dtype: str, accumulate: bool = False,
+                mma: str = "wgmma", **params):
+    """`shape_class` only names the variant; mma="warp_specialized": ws_grad_kernel.  sm_90a only."""
     assert arch == "sm_90a", arch
+    if mma == "warp_specialized":
+        assert not accumulate
+        return ws_grad_kernel(layout, dtype, **params)
     import tilelang.language as T
 
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
@@ -92,19 +124,24 @@ def grad_kernel(arch: str, shape_class: str, layout: str, dtype: str, accumulate
 
 LARGE = dict(block_M=128, block_N=256, block_K=64, stages=4, threads=256)
 SMALL = dict(block_M=64, block_N=128, block_K=64, stages=4, threads=128)
+WS_LARGE = dict(mma="warp_specialized", block_N=256, stages=4, epilogue_cols=128)
 # (name, tile, rule over the output's rows (dgrad: M, wgrad: N) and K, priority)
 DGRAD_CLASSES = (
-    ("large", LARGE, "4 * ((M + 127) // 128) * ((K + 255) // 256) >= 3 * SM_COUNT", 10),
+    ("large", WS_LARGE, "4 * ((M + 127) // 128) * ((K + 255) // 256) >= 3 * SM_COUNT", 10),
     ("small", SMALL, None, 0),
 )
 WGRAD_CLASSES = (
+    ("large", WS_LARGE, None, 0),
+)
+ACCUMULATE_CLASSES = (      # the pipelined tile: its epilogue adds into main_grad from registers
     ("large", LARGE, None, 0),
 )
 
 
 def _variants(layout: str, classes, accumulate: bool = False) -> tuple:
     return tuple(Variant(dict(params, layout=layout, dtype=dtype, shape_class=name, accumulate=accumulate),
-                         rule=rule, priority=priority, archs=("sm_90a",))
+                         rule=rule, priority=priority, archs=("sm_90a",),
+                         pass_configs=PASS_CONFIGS if params.get("mma") == "warp_specialized" else ())
                  for name, params, rule, priority in classes for dtype in DTYPES)
 
 
@@ -140,7 +177,7 @@ SPECS = (
         tensors=(_dy(), Tensor("x", ("M", "K"), dtype_of="dy"),
                  Tensor("main_grad", ("N", "K"), dtype="float32", role="inplace")),
         factory=grad_kernel,
-        variants=_variants("wgrad", WGRAD_CLASSES, accumulate=True),
+        variants=_variants("wgrad", ACCUMULATE_CLASSES, accumulate=True),
         archs=("sm_90a",),
         reference="tkreg.reference.gemm:gemm_wgrad_accumulate",
     ),

@@ -114,18 +114,57 @@ def tcgen05_kernel(layout: str, fp8: bool, block_M: int, block_N: int, stages: i
     return prim_func(T, body, contiguous, M, N, K, E, in_dt, out_dt, fp8)
 
 
+def pipelined_body(T, contiguous: bool, M, E, cols, red, b_rows_are_cols: bool, store, block_M: int,
+                   block_N: int, block_K: int, stages: int, threads: int, dtype: str, store_empty: bool = False):
+    """Macro body(a, b, groups, out) on the pipelined tile (T.Pipelined loop of TMA loads, WGMMA):
+    the tile of out rows m0 .. (expert e's, found by `expert_macro`) x out columns n0 .. (of
+    `cols`) accumulates a rows @ b[e] over `red`; b[e] is [cols, red] (b_rows_are_cols: the
+    forward's, read transposed) or [red, cols].  Then store(acc, c_s, out, e, m0, n0, hi, valid,
+    bz): only for tiles that hold a segment row, unless store_empty (those have a cleared acc)."""
+    expert_of = expert_macro(T, contiguous, M, E)
+
+    @T.macro
+    def body(a, b, groups, out):
+        with T.Kernel(T.ceildiv(cols, block_N), T.ceildiv(M, block_M), 1 if contiguous else E,
+                      threads=threads) as (bx, by, bz):
+            a_s = T.alloc_shared((block_M, block_K), dtype)
+            b_s = T.alloc_shared((block_N, block_K) if b_rows_are_cols else (block_K, block_N), dtype)
+            c_s = T.alloc_shared((block_M, block_N), dtype)
+            acc = T.alloc_fragment((block_M, block_N), "float32")
+            e = T.alloc_var("int32")
+            hi = T.alloc_var("int32")
+            valid = T.alloc_var("int32")
+            T.use_swizzle(panel_size=10)
+            m0, n0 = by * block_M, bx * block_N
+            expert_of(groups, m0, bz, e, hi, valid)
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(red, block_K) * valid, num_stages=stages):
+                if contiguous:
+                    T.copy(a[m0, k * block_K], a_s)
+                else:
+                    T.copy(a[e, m0, k * block_K], a_s)
+                if b_rows_are_cols:
+                    T.copy(b[e, n0, k * block_K], b_s)
+                    T.gemm(a_s, b_s, acc, transpose_B=True)
+                else:
+                    T.copy(b[e, k * block_K, n0], b_s)
+                    T.gemm(a_s, b_s, acc)
+            if store_empty or valid > 0:
+                store(acc, c_s, out, e, m0, n0, hi, valid, bz)
+
+    return body
+
+
 def grouped_kernel(layout: str, block_M: int, block_N: int, block_K: int, stages: int, threads: int, dtype: str):
-    """bf16/fp16, both layouts, on the pipelined tile (T.Pipelined K loop, WGMMA)."""
+    """bf16/fp16, both layouts, on the pipelined tile (`pipelined_body`)."""
     import tilelang.language as T
 
     contiguous = layout == "contiguous"
     assert ALIGN % block_M == 0
     M, N, K, E = T.dynamic("M"), T.dynamic("N"), T.dynamic("K"), T.dynamic("E")
-    iters = T.ceildiv(K, block_K)
-    expert_of = expert_macro(T, contiguous, M, E)
 
     @T.macro
-    def store(acc, c_s, out, e, m0, n0, hi):
+    def store(acc, c_s, out, e, m0, n0, hi, valid: T.Ref, bz):
         """acc -> out: TMA when all the tile's rows are < hi, else row-masked element stores."""
         if m0 + block_M <= hi:
             T.copy(acc, c_s)
@@ -141,30 +180,11 @@ def grouped_kernel(layout: str, block_M: int, block_N: int, block_K: int, stages
                     else:
                         out[e, m0 + i, n0 + j] = T.cast(acc[i, j], dtype)
 
+    tile = pipelined_body(T, contiguous, M, E, N, K, True, store, block_M, block_N, block_K, stages, threads, dtype)
+
     @T.macro
     def body(a, a_scale, b, b_scale, groups, out):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), 1 if contiguous else E,
-                      threads=threads) as (bx, by, bz):
-            a_s = T.alloc_shared((block_M, block_K), dtype)
-            b_s = T.alloc_shared((block_N, block_K), dtype)
-            c_s = T.alloc_shared((block_M, block_N), dtype)
-            acc = T.alloc_fragment((block_M, block_N), "float32")
-            e = T.alloc_var("int32")
-            hi = T.alloc_var("int32")
-            valid = T.alloc_var("int32")
-            T.use_swizzle(panel_size=10)
-            m0, n0 = by * block_M, bx * block_N
-            expert_of(groups, m0, bz, e, hi, valid)
-            T.clear(acc)
-            for k in T.Pipelined(iters * valid, num_stages=stages):
-                if contiguous:
-                    T.copy(a[m0, k * block_K], a_s)
-                else:
-                    T.copy(a[e, m0, k * block_K], a_s)
-                T.copy(b[e, n0, k * block_K], b_s)
-                T.gemm(a_s, b_s, acc, transpose_B=True)
-            if valid > 0:
-                store(acc, c_s, out, e, m0, n0, hi)
+        tile(a, b, groups, out)
 
     return prim_func(T, body, contiguous, M, N, K, E, dtype, dtype, False)
 
@@ -320,7 +340,9 @@ def _spec(name: str, layout: str, fp8: bool) -> OpSpec:
                     + _variants(SM100_CLASSES, layout, DTYPES, False, ("sm_100a",), mma="tcgen05"))
     return OpSpec(name=f"tkreg.{name}", doc=_DOCS[name], tensors=_tensors(layout, fp8), factory=factory,
                   variants=variants,
-                  reference=f"tkreg.reference.gemm:{name}", index64=True)
+                  reference=f"tkreg.reference.gemm:{name}", index64=True,
+                  backward=None if fp8 else "tkreg.ops.grouped_gradients:GroupedGemm"
+                  + ("Grad" if layout == "contiguous" else "MaskedGrad"))
 
 
 SPECS = (

@@ -1,13 +1,42 @@
 """Shared by the run-time tests: ways to break a real manifest, used by the CPU fuzz
 (test_manifest_fuzz.py) and its GPU twin (test_format_gpu.py); each changes a manifest dict in
-place.  The pack they break is tests/format_probe/pack (every launch-format feature)."""
+place.  The pack they break is tests/format_probe/pack (every launch-format feature).  Fixtures of
+the op and module tests: `fallback` (ops on their torch references) and `compile_matches_eager`."""
 from __future__ import annotations
 
 import copy
 import hashlib
 from pathlib import Path
 
+import pytest
+
 from tkreg import manifest
+
+
+@pytest.fixture
+def fallback(monkeypatch):
+    """Every op on its torch reference (TKREG_FALLBACK=reference) for this test."""
+    monkeypatch.setenv("TKREG_FALLBACK", "reference")
+
+
+@pytest.fixture
+def compile_matches_eager():
+    """compile_matches_eager(f, inputs, leaves=inputs): the gradients of `leaves` (tensors that
+    require grad) from f(*inputs).float().sum() with f under torch.compile(fullgraph=True,
+    backend="aot_eager") equal eager's bit for bit (f: a function or a module)."""
+    import torch
+
+    def check(f, inputs, leaves=None):
+        leaves = tuple(inputs if leaves is None else leaves)
+        torch.compile(f, fullgraph=True, backend="aot_eager")(*inputs).float().sum().backward()
+        got = [t.grad.clone() for t in leaves]
+        for t in leaves:
+            t.grad = None
+        f(*inputs).float().sum().backward()
+        for i, (g, t) in enumerate(zip(got, leaves)):
+            assert torch.equal(g, t.grad), (f"leaf {i} {tuple(t.shape)}: compiled gradient differs from eager's by up "
+                                            f"to {(g.float() - t.grad.float()).abs().max().item():.3e}")
+    return check
 
 PROBE = Path(__file__).resolve().parents[1] / "format_probe" / "pack"
 OP = "t.probe"

@@ -159,26 +159,15 @@ def test_compile_fullgraph_forward_backward_and_inference(seed):
         assert rel(torch.compile(sublayer, fullgraph=True)(*args), sublayer(*args)) < 1e-3
 
 
-def _captured(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = fn()
-    return g, out
-
 
 @pytest.mark.parametrize("t", [1, 64, 256])
-def test_cuda_graph_inference_replays_with_new_inputs(seed, t):
+def test_cuda_graph_inference_replays_with_new_inputs(seed, t, captured):
     x, p = sublayer_inputs(t)
 
     def step():
         with torch.no_grad():
             return sublayer(x["residual"], x["k"], x["v"], p)
-    g, out = _captured(step)
+    g, out = captured(step)
     for _ in range(3):
         new, _ = sublayer_inputs(t)
         for n in x:
@@ -190,7 +179,7 @@ def test_cuda_graph_inference_replays_with_new_inputs(seed, t):
 
 
 @pytest.mark.parametrize("t", [1, 64, 256])
-def test_cuda_graph_training_step_replays(seed, t):
+def test_cuda_graph_training_step_replays(seed, t, captured):
     x, p = sublayer_inputs(t)
     leaves = {n: a.clone().requires_grad_() for n, a in x.items()}
     grad = torch.randn(t, M, 4096, device="cuda").to(BF16)
@@ -198,7 +187,7 @@ def test_cuda_graph_training_step_replays(seed, t):
     def step():
         out = sublayer(leaves["residual"], leaves["k"], leaves["v"], p)
         return torch.autograd.grad(out, list(leaves.values()), grad)
-    g, grads = _captured(step)
+    g, grads = captured(step)
     for _ in range(2):
         new, _ = sublayer_inputs(t)
         with torch.no_grad():

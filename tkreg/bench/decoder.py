@@ -30,10 +30,9 @@ are compared (relative Frobenius error).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
-from .timing import gpu_ms
+from .timing import gpu_ms, result_table, write_json
 
 QWEN3_8B = dict(hidden=4096, heads=32, kv_heads=8, head_dim=128, inter=12288, eps=1e-6, theta=1e6)
 PAGE = 64
@@ -260,28 +259,16 @@ def main(argv=None):
             run_case(torch, W, c, b, s, 0, comp, tk, rows, print)
         for b in DECODE[:1] if a.quick else DECODE:
             run_case(torch, W, c, b, 1, CONTEXT, comp, tk, rows, print)
-    table = model_table(
+    table = result_table(
         f"Qwen3-8B-shaped {a.layers}-layer decoder stack: tkreg ops{' with FP8 GEMMs' if a.fp8 else ''} vs plain "
         "torch (bf16) under torch.compile", a, torch,
-        ["case", "tkreg FP8 tok/s" if a.fp8 else "tkreg tok/s", "torch.compile tok/s", "tkreg speedup",
-         "rel. error vs bf16 torch" if a.fp8 else "rel. error", "torch.compile setup", "tkreg setup"],
         [[r["case"], f"{r['tkreg_tok_s']:,.0f}", f"{r['torch_tok_s']:,.0f}", f"**{r['speedup']:.2f}×**",
           f"{r['rel_err']:.1e}", f"{r['torch_compile_s']:.1f} s compile", f"{r['tkreg_capture_s']:.2f} s capture"]
-         for r in rows], dict(layers=a.layers, gemm_swiglu=swiglu, fp8=a.fp8, config=c, raw=rows))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(table, f, indent=1)
-    return table
-
-
-def model_table(title, args, torch, header, rows, extra) -> dict:
-    """A model-level result as BENCHMARKS.md's first screen shows it (`tkreg.bench.markdown(models=)`)."""
-    import sys
-
-    import tkreg
-    return dict(title=title, date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
-                tkreg=tkreg.__version__, command="python -m " + args.module + " " + " ".join(sys.argv[1:]),
-                header=header, rows=rows, **extra)
+         for r in rows],
+        ["case", "tkreg FP8 tok/s" if a.fp8 else "tkreg tok/s", "torch.compile tok/s", "tkreg speedup",
+         "rel. error vs bf16 torch" if a.fp8 else "rel. error", "torch.compile setup", "tkreg setup"],
+        dict(layers=a.layers, gemm_swiglu=swiglu, fp8=a.fp8, config=c, raw=rows))
+    return write_json(table, a.json)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,7 @@ tkreg.bench.timing.gpu_ms (CUDA-event median), inputs rotated through more than 
 """
 from __future__ import annotations
 
-import argparse
-import json
-import time
-
-from .timing import gpu_ms, need_torch, rotations
+from .timing import gpu_ms, need_torch, ratio_rows, rotations, standalone
 
 LAYERS = [(4096, 4096), (14336, 4096), (28672, 4096), (4096, 14336)]   # (N out, K in) of a Llama-8B Linear
 TOKENS = (4096, 8192, 16384)
@@ -46,38 +42,19 @@ def case_rows(m, n, k) -> list:
         "gemm_wgrad main_grad": (lambda dy, w, x: tkreg.ops.gemm_wgrad(dy, x, main_grad=main),
                                  lambda dy, w, x: main.add_(torch.matmul(dy.t(), x))),
     }
-    rows, flops, r = [], 2 * m * n * k, _reps(m, n, k)
+    rows, r = [], _reps(m, n, k)
     for op, (ours, cublas) in pairs.items():
-        t_ours, t_cublas = gpu_ms(ours, sets, reps=r), gpu_ms(cublas, sets, reps=r)
-        case = f"M={m} N={n} K={k}"
-        rows.append(dict(op=op, case=case, impl="tkreg", ms=t_ours, tflops=flops / t_ours / 1e9,
-                         vs_cublas=t_cublas / t_ours))
-        rows.append(dict(op=op, case=case, impl="cuBLAS (torch.matmul)", ms=t_cublas, tflops=flops / t_cublas / 1e9))
+        times = {"tkreg": gpu_ms(ours, sets, reps=r), "cuBLAS (torch.matmul)": gpu_ms(cublas, sets, reps=r)}
+        rows += ratio_rows(op, f"M={m} N={n} K={k}", times, 2 * m * n * k, vs=lambda peer: "vs_cublas")
     del sets
     torch.cuda.empty_cache()
     return rows
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="two shapes only")
-    p.add_argument("--json", help="write the rows here")
-    a = p.parse_args(argv)
-    torch = need_torch()
-    import tkreg
-    rows = []
-    for m, n, k in shapes(a.quick):
-        got = case_rows(m, n, k)
-        for r in got:
-            print(f"{r['op']:22s} {r['case']:24s} {r['impl']:22s} {r['ms']:8.3f} ms {r['tflops']:7.1f} TFLOP/s"
-                  + (f"  {r['vs_cublas']:.2f}x cuBLAS" if "vs_cublas" in r else ""), flush=True)
-        rows += got
-    table = dict(title="bf16 Linear-layer gradient GEMMs vs cuBLAS", date=time.strftime("%Y-%m-%d"),
-                 gpu=torch.cuda.get_device_name(), torch=torch.__version__, tkreg=tkreg.__version__, rows=rows)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(table, f, indent=1)
-    return table
+    return standalone("tkreg.bench.gemm_gradients", __doc__, argv, "two shapes only",
+                      "bf16 Linear-layer gradient GEMMs vs cuBLAS", shapes, case_rows,
+                      op=22, case=24, impl=22, ratio_label=lambda key: "cuBLAS")
 
 
 if __name__ == "__main__":

@@ -24,8 +24,7 @@ import argparse
 import json
 import time
 
-from .decoder import model_table
-from .timing import gpu_ms
+from .timing import gpu_ms, result_table, write_json
 
 DENSE = dict(hidden_size=4096, intermediate_size=12288, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
              vocab_size=151936, rope_theta=1e6, max_position_embeddings=40960, tie_word_embeddings=False)
@@ -186,18 +185,15 @@ def main(argv=None):
                      f"{runs['stock compiled'][1]:.1f} s compile", f"{runs['tkreg'][1]:.2f} s capture",
                      f"{runs['err']:.1e}" if "err" in runs else ""])
     name = "Qwen3-8B" if a.family == "dense" else "Qwen3-30B-A3B"
-    table = model_table(
-        f"{name}-shaped {a.layers}-layer transformers model: tkreg.kernelize vs stock transformers", a, torch,
+    table = result_table(
+        f"{name}-shaped {a.layers}-layer transformers model: tkreg.kernelize vs stock transformers", a, torch, rows,
         ["case", "stock eager tok/s", "stock compiled tok/s", "tkreg tok/s", "vs eager", "vs compiled",
-         "stock setup", "tkreg setup", "logits rel. error"], rows,
+         "stock setup", "tkreg setup", "logits rel. error"],
         dict(family=a.family, layers=a.layers, report=str(model.tkreg_report),
              experts_implementation=getattr(cfg, "_experts_implementation", None),
              raw={c: {k: v for k, v in r.items()} for c, _, r, _ in results}))
     print(json.dumps(table["rows"], indent=1))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(table, f, indent=1, default=str)
-    return table
+    return write_json(table, a.json, default=str)
 
 
 if __name__ == "__main__":

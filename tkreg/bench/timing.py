@@ -1,6 +1,9 @@
-"""Timing helpers every family's benchmark uses: CUDA-event medians, host loops, L2 rotation."""
+"""Timing helpers every family's benchmark uses: CUDA-event medians, host loops, L2 rotation; and
+what a standalone bench (`python -m tkreg.bench.<name> --json OUT`) prints and writes."""
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import sys
 import time
@@ -194,3 +197,71 @@ def same_size_rows(op, case, nbytes, ceiling, fn, sets, peers=None) -> list:
     ours = queued_ms(fn, sets)
     timed = {k: try_ms(v, sets, timer=queued_ms) for k, v in (peers or {}).items() if v}
     return bandwidth_rows(op, case + " (queued)", nbytes, ceiling, ours, {**timed, COPY: copy})
+
+
+# ---- standalone benches: rows of times beside their peers, the result table, its JSON ----------
+def paired_ms(fns: dict, sets, **kw) -> dict:
+    """name -> queued_ms_paired time of each of `fns` (name -> callable), in order."""
+    return dict(zip(fns, queued_ms_paired(list(fns.values()), sets, **kw)))
+
+
+def ratio_rows(op, case, times: dict, flops=None, ours=lambda impl: impl.startswith("tkreg"),
+               vs=lambda peer: f"vs {peer}") -> list:
+    """One row dict per implementation of `times` (impl -> ms, in order): op, case, impl, ms, with
+    `flops` tflops; each of ours (`ours(impl)`) also `vs(peer)` = peer ms / our ms for every peer
+    (> 1: we are faster)."""
+    rows = []
+    for impl, ms in times.items():
+        row = dict(op=op, case=case, impl=impl, ms=ms)
+        if flops is not None:
+            row["tflops"] = flops / ms / 1e9
+        if ours(impl):
+            row.update({vs(p): t / ms for p, t in times.items() if not ours(p)})
+        rows.append(row)
+    return rows
+
+
+def print_rows(rows, op=None, case=24, impl=22, ratio_label=lambda key: key[3:]) -> None:
+    """One line a row of `ratio_rows`: op (a column `op` wide; None: left out), case, impl (columns
+    that wide), ms, TFLOP/s where the row has it, then each ratio ("vs ..." key) labelled `ratio_label(key)`."""
+    for r in rows:
+        cols = [f"{r['op']:{op}s}"] if op else []
+        cols += [f"{r['case']:{case}s}", f"{r['impl'][:impl]:{impl}s}", f"{r['ms']:8.3f} ms",
+                 f"{r['tflops']:7.1f} TFLOP/s" if "tflops" in r else " " * 15]
+        vs = "  ".join(f"{v:.2f}x {ratio_label(k)}" for k, v in r.items() if k.startswith("vs"))
+        print(" ".join(cols) + (f"  {vs}" if vs else ""), flush=True)
+
+
+def result_table(title, args, torch, rows, header=None, extra=None) -> dict:
+    """A bench's result as its --json writes it: title, date, GPU, torch and tkreg versions, the
+    command (`args.module` and this process's arguments), the `header` of list rows (a model-level
+    table, as BENCHMARKS.md's first screen shows it: `tkreg.bench.markdown(models=)`), rows, extra."""
+    import tkreg
+    return dict(title=title, date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                tkreg=tkreg.__version__, command="python -m " + args.module + " " + " ".join(sys.argv[1:]),
+                **({} if header is None else dict(header=header)), rows=rows, **(extra or {}))
+
+
+def write_json(table: dict, path, **kw) -> dict:
+    """`table` written to `path` (none: not written), returned."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(table, f, indent=1, **kw)
+    return table
+
+
+def standalone(module, doc, argv, quick, title, cases, case_rows, **columns) -> dict:
+    """main() of a bench of ratio rows: --quick (`quick` says what it keeps) and --json; rows of
+    `case_rows(*c)` for each c of `cases(quick)`, printed (`print_rows(**columns)`) as they come."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help=quick)
+    p.add_argument("--json", help="write the rows here")
+    a = p.parse_args(argv)
+    a.module = module
+    torch = need_torch()
+    rows = []
+    for c in cases(a.quick):
+        got = case_rows(*c)
+        print_rows(got, **columns)
+        rows += got
+    return write_json(result_table(title, a, torch, rows), a.json)

@@ -26,7 +26,6 @@ faster than torch.compile.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 from .timing import gpu_ms
@@ -304,23 +303,19 @@ def main(argv=None):
     p.add_argument("--json", help="write the table here")
     a = p.parse_args(argv)
     a.module = "tkreg.bench.v4_layer"
-    from .decoder import model_table
-    from .timing import need_torch
+    from .timing import need_torch, result_table, write_json
     torch = need_torch()
     c = dict(V4, hidden=a.hidden)
     layers, ops, err = run(torch, c, a.tokens, a.quick)
     worst = max(v for k, v in err.items() if k.startswith(("output", "grad")))
-    table = model_table(
+    return write_json(result_table(
         f"DeepSeek-V4-style layer (mHC m={c['mult']} around attention and a SwiGLU MLP, plus engram), H={c['hidden']}: "
         "tkreg.blocks vs plain torch under torch.compile", a, torch,
-        ["case", "tkreg ms", "torch.compile ms", "tkreg speedup", "max rel. error (output, every gradient)"],
         [[r["case"], f"{r['tkreg_ms']:.3f}", f"{r['torch_compile_ms']:.3f}", f"**{r['speedup']:.2f}×**", f"{worst:.1e}"]
-         for r in layers] + by_op_rows(ops), dict(config=c, tokens=a.tokens, raw=layers, by_op=ops, errors=err,
-                                bar=dict(rel_err_max=1e-2, passed=worst <= 1e-2 and all(r["speedup"] > 1 for r in layers))))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(table, f, indent=1)
-    return table
+         for r in layers] + by_op_rows(ops),
+        ["case", "tkreg ms", "torch.compile ms", "tkreg speedup", "max rel. error (output, every gradient)"],
+        dict(config=c, tokens=a.tokens, raw=layers, by_op=ops, errors=err,
+             bar=dict(rel_err_max=1e-2, passed=worst <= 1e-2 and all(r["speedup"] > 1 for r in layers)))), a.json)
 
 
 if __name__ == "__main__":

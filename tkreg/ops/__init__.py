@@ -7,8 +7,11 @@ variant and launches; outputs are allocated unless `out=` is given.
 from .activation import silu_and_mul, silu_and_mul_backward, swiglu  # noqa: F401
 from .attention import flash_attention, flash_attention_varlen, paged_decode_attention  # noqa: F401
 from .engram import engram_fused_weight, engram_gate, engram_gate_backward, engram_gate_fwd, engram_hash  # noqa: F401
+from .fp8_gradients import fp8_gemm_wgrad, fp8_transpose_blocks  # noqa: F401
 from .gemm import (fp8_gemm, fp8_grouped_gemm, fp8_grouped_gemm_masked, gemm, gemm_dgrad, gemm_swiglu,  # noqa: F401
                    gemm_wgrad, grouped_gemm, grouped_gemm_masked, pack_gate_up, unpack_gate_up)
+from .grouped_gradients import (grouped_gemm_dgrad, grouped_gemm_masked_dgrad,  # noqa: F401
+                                grouped_gemm_masked_wgrad, grouped_gemm_wgrad)
 from .mhc import (expand_to_mhc, expand_to_mhc_backward, mhc_head_compute_mix,  # noqa: F401
                   mhc_head_compute_mix_backward, mhc_post, mhc_post_backward, mhc_pre_apply_mix,
                   mhc_pre_apply_mix_backward, mhc_pre_big_fuse, mhc_pre_norm_fn, mhc_pre_norm_fn_backward,

@@ -65,6 +65,82 @@ def _check_offsets(name, cu, rows, max_len):
 
 
 
+def sdpa_gradients(dout, q, k, v, causal: bool, softmax_scale: float):
+    """dq, dk, dv of flash attention by torch: the forward recomputed with SDPA (cuDNN / flash /
+    memory-efficient backends, GQA via enable_gqa) and differentiated.  The causal mask is
+    bottom-right aligned as tkreg's: an explicit mask where Sq != Sk, the rows that see no key
+    given zero gradients (their dout zeroed, one key left visible so SDPA stays finite)."""
+    import torch
+    import torch.nn.functional as F
+    sq, sk = q.shape[1], k.shape[1]
+    mask = None
+    if causal and sq != sk:
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        mask = (j <= i + (sk - sq)) | (j == 0)
+        if sq > sk:
+            dout = dout.masked_fill((torch.arange(sq, device=q.device) < sq - sk)[None, :, None, None], 0)
+    with torch.enable_grad():
+        qt, kt, vt = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
+        o = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, is_causal=causal and mask is None,
+                                           scale=softmax_scale or None, enable_gqa=q.shape[2] != k.shape[2])
+        grads = torch.autograd.grad(o, (qt, kt, vt), dout.transpose(1, 2))
+    return tuple(g.transpose(1, 2) for g in grads)
+
+
+class FlashAttentionGrad:
+    """Autograd of tkreg.flash_attention (its spec names this class as `backward`): lse is an output
+    that carries no gradient (as in FlashAttention).  tkreg's backward kernel is not shipped yet
+    (docs/attention-tuning.md), so dq, dk, dv come from torch: on a GPU `sdpa_gradients` (the
+    forward recomputed by SDPA and its backward, cuDNN or flash), on the CPU the reference's fp32
+    formulas from the saved out and lse."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        q, k, v, causal, softmax_scale = inputs
+        out, lse = output
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.softmax_scale = bool(causal), float(softmax_scale)
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        if dout is None:
+            return None, None, None, None, None
+        dout = dout.contiguous()
+        if q.is_cuda:
+            dq, dk, dv = sdpa_gradients(dout, q, k, v, ctx.causal, ctx.softmax_scale)
+        else:
+            from ..reference.attention_backward import flash_attention_backward as ref
+            dq, dk, dv = ref(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale)
+        needs = ctx.needs_input_grad
+        return (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None, None, None)
+
+
+class FlashAttentionVarlenGrad:
+    """Autograd of tkreg.flash_attention_varlen (its spec names this class as `backward`): the
+    reference's fp32 formulas per sequence from the saved out and lse (a host sync over
+    cu_seqlens), rows outside every sequence given zero gradients.  lse carries no gradient."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        q, k, v, cu_q, cu_k, max_q, max_k, causal, softmax_scale = inputs
+        out, lse = output
+        ctx.save_for_backward(q, k, v, cu_q, cu_k, out, lse)
+        ctx.scalars = (int(max_q), int(max_k), bool(causal), float(softmax_scale))
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        from ..reference.attention_backward import flash_attention_varlen_backward as ref
+        q, k, v, cu_q, cu_k, out, lse = ctx.saved_tensors
+        none = (None,) * 6
+        if dout is None:
+            return (None, None, None) + none
+        dq, dk, dv = ref(dout.contiguous(), q, k, v, out, lse, cu_q, cu_k, *ctx.scalars)
+        needs = ctx.needs_input_grad
+        return (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None) + none
+
+
 NAME = "tkreg.paged_decode_attention"
 
 

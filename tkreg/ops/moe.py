@@ -167,9 +167,10 @@ def expert_counts(topk_idx, num_experts: int):
 
 # ---- autograd (the specs' backward=): expand and combine are each other's transpose ------------
 def _combine_raw(y_e, row_of_slot, w, shared=None):
-    if compiling():
-        return graph("tkreg.moe_combine", None, y_e, row_of_slot, w, shared)
-    return OPS["tkreg.moe_combine"](y_e, row_of_slot, w, shared)
+    """moe_combine through its torch op: a backward is traced by AOTAutograd under torch.compile
+    with no Dynamo frame (compiling() is False there), and only the op takes fake tensors."""
+    from ._route import op
+    return op("tkreg.moe_combine")(y_e, row_of_slot, w, shared)
 
 
 class ExpandBackward:

@@ -39,29 +39,37 @@ HALF = 64
 PANEL = 10      # M tiles a panel of the persistent walk
 
 
-def _locate(T, M, N, block_N: int):
-    """macro(tile, m0, n0): the origin of the CTA's tile number `tile` (panels of PANEL M tiles
-    swept along N, as T.use_swizzle orders a grid)."""
+def locate_macro(T, M, N, block_N: int, panel: int = PANEL):
+    """macro(tile, m0, n0): the origin of the CTA's tile number `tile` of BLOCK_M x block_N tiles
+    (panels of `panel` M tiles swept along N, as T.use_swizzle orders a grid)."""
     @T.macro
     def locate(tile, m0: T.Ref, n0: T.Ref):
         ntn, ntm = T.ceildiv(N, block_N), T.ceildiv(M, BLOCK_M)
-        p0 = tile // (PANEL * ntn) * PANEL
-        rows = T.min(PANEL, ntm - p0)
+        p0 = tile // (panel * ntn) * panel
+        rows = T.min(panel, ntm - p0)
         q = tile - p0 * ntn
         m0 = (p0 + q % rows) * BLOCK_M
         n0 = q // rows * block_N
     return locate
 
 
-def _producer(T, block_N: int, stages: int, grouped: bool):
-    """macro: the producer's K loop over one tile (nk_t blocks from ring entry g0)."""
+def _producer(T, block_N: int, stages: int, grouped: bool, layout: str):
+    """macro: the producer's K loop over one tile (nk_t blocks from ring entry g0).  Layouts (the
+    reduced dim R of a[., R] / b[., R]): "nt" a[M, R] and b[N, R] (K-major); "nn" b stored [R, N];
+    "tn" a stored [R, M] too, its two 64-row halves into each consumer's own a_s0 / a_s1."""
     @T.macro
-    def producer(a, b, m0, n0, e, nk_t, g0, a_s, b_s, full, empty):
+    def producer(a, b, m0, n0, e, nk_t, g0, a_s, a_s1, b_s, full, empty):
         for k in T.serial(nk_t):
             s = (g0 + k) % stages
             T.mbarrier_wait_parity(empty[s], ((g0 + k) // stages + 1) % 2)
-            T.tma_copy(a[m0:m0 + BLOCK_M, k * BLOCK_K:(k + 1) * BLOCK_K], a_s[s, :, :], barrier=full[s])
-            if grouped:
+            if layout == "tn":
+                T.tma_copy(a[k * BLOCK_K:(k + 1) * BLOCK_K, m0:m0 + HALF], a_s[s, :, :], barrier=full[s])
+                T.tma_copy(a[k * BLOCK_K:(k + 1) * BLOCK_K, m0 + HALF:m0 + BLOCK_M], a_s1[s, :, :], barrier=full[s])
+            else:
+                T.tma_copy(a[m0:m0 + BLOCK_M, k * BLOCK_K:(k + 1) * BLOCK_K], a_s[s, :, :], barrier=full[s])
+            if layout != "nt":
+                T.tma_copy(b[k * BLOCK_K:(k + 1) * BLOCK_K, n0:n0 + block_N], b_s[s, :, :], barrier=full[s])
+            elif grouped:
                 T.tma_copy(b[e, n0:n0 + block_N, k * BLOCK_K:(k + 1) * BLOCK_K], b_s[s, :, :], barrier=full[s])
             else:
                 T.tma_copy(b[n0:n0 + block_N, k * BLOCK_K:(k + 1) * BLOCK_K], b_s[s, :, :], barrier=full[s])
@@ -70,9 +78,10 @@ def _producer(T, block_N: int, stages: int, grouped: bool):
 
 
 def _consumer(T, N, block_N: int, stages: int, epilogue_cols: int, bias: bool, dtype: str, grouped: bool,
-              swiglu: bool):
+              swiglu: bool, layout: str):
     """macro: one consumer's K loop over one tile, then its epilogue (rows r0 .. r0 + 63); swiglu:
-    each chunk's gate / up column groups paired into epilogue_cols / 2 output columns."""
+    each chunk's gate / up column groups paired into epilogue_cols / 2 output columns; layout as
+    the producer's (WGMMA reads the MN-major operands transposed)."""
     full_row = T.GemmWarpPolicy.FullRow
     nreg = HALF * block_N // 128
 
@@ -107,7 +116,10 @@ def _consumer(T, N, block_N: int, stages: int, epilogue_cols: int, bias: bool, d
         for k in T.serial(nk_t):
             s = (g0 + k) % stages
             T.mbarrier_wait_parity(full[s], ((g0 + k) // stages) % 2)
-            T.wgmma_gemm(a_s[s, r0:r0 + HALF, :], b_s[s, :, :], acc, transpose_B=True, policy=full_row)
+            if layout == "tn":
+                T.wgmma_gemm(a_s[s, :, :], b_s[s, :, :], acc, transpose_A=True, policy=full_row)
+            else:
+                T.wgmma_gemm(a_s[s, r0:r0 + HALF, :], b_s[s, :, :], acc, transpose_B=layout == "nt", policy=full_row)
             T.wait_wgmma(1)
             if k > 0:
                 T.barrier_arrive(empty[(g0 + k - 1) % stages])
@@ -129,20 +141,21 @@ def _consumer(T, N, block_N: int, stages: int, epilogue_cols: int, bias: bool, d
 
 
 def warp_specialized_body(T, M, N, K, sms, block_N: int, stages: int, epilogue_cols: int, bias: bool,
-                          dtype: str, expert_of=None, swiglu: bool = False):
-    """The kernel body `body(a, b, bias or None, groups or None, out)`.  expert_of (contiguous
-    grouped layout, kernels_src/gemm/grouped.py): the macro (groups, m0, 0, e, hi, valid) giving a
-    tile's expert, the end of its rows and whether it has any; such a tile reads b[e], runs
-    valid * K blocks, and stores rows below hi only (TMA when a consumer's rows all are, else
-    element by element)."""
-    assert block_N % epilogue_cols == 0 and stages >= 2
+                          dtype: str, expert_of=None, swiglu: bool = False, layout: str = "nt"):
+    """The kernel body `body(a, b, bias or None, groups or None, out)`: out[M, N] = a . b over K.
+    layout "nt": a[M, K], b[N, K] (tkreg.gemm); "nn": b[K, N] (gemm_dgrad: dy @ w); "tn": a[K, M]
+    and b[K, N] (gemm_wgrad: dy^T @ x).  expert_of (contiguous grouped layout,
+    kernels_src/gemm/grouped.py): the macro (groups, m0, 0, e, hi, valid) giving a tile's expert,
+    the end of its rows and whether it has any; such a tile reads b[e], runs valid * K blocks, and
+    stores rows below hi only (TMA when a consumer's rows all are, else element by element)."""
+    assert block_N % epilogue_cols == 0 and stages >= 2 and layout in ("nt", "nn", "tn")
     grouped = expert_of is not None
-    assert not (grouped and (bias or swiglu))
+    assert not (grouped and (bias or swiglu)) and (layout == "nt" or not (grouped or bias or swiglu))
     out_cols = epilogue_cols // 2 if swiglu else epilogue_cols   # a chunk's columns of out
     nk = T.ceildiv(K, BLOCK_K)
-    locate = _locate(T, M, N, block_N)
-    producer = _producer(T, block_N, stages, grouped)
-    consumer = _consumer(T, N, block_N, stages, epilogue_cols, bias, dtype, grouped, swiglu)
+    locate = locate_macro(T, M, N, block_N)
+    producer = _producer(T, block_N, stages, grouped, layout)
+    consumer = _consumer(T, N, block_N, stages, epilogue_cols, bias, dtype, grouped, swiglu, layout)
 
     def expert(ehv):
         """(expert, row end, valid) of the located tile; a dense tile: (0, 0, 1)."""
@@ -169,12 +182,13 @@ def warp_specialized_body(T, M, N, K, sms, block_N: int, stages: int, epilogue_c
     def body(a, b, bias_, groups, out):
         ntiles = T.ceildiv(N, block_N) * T.ceildiv(M, BLOCK_M)
         with T.Kernel(T.max(T.min(ntiles, sms), 1), threads=384) as bx:
-            a_s = T.alloc_shared((stages, BLOCK_M, BLOCK_K), dtype)
-            b_s = T.alloc_shared((stages, block_N, BLOCK_K), dtype)
+            a_s = T.alloc_shared((stages, BLOCK_M, BLOCK_K) if layout != "tn" else (stages, BLOCK_K, HALF), dtype)
+            b_s = T.alloc_shared((stages, block_N, BLOCK_K) if layout == "nt" else (stages, BLOCK_K, block_N), dtype)
             # one named epilogue buffer a consumer (buffers from a list are all named "buffer", and
             # their shared-memory offsets then change from build to build)
             c_s0 = T.alloc_shared((HALF, out_cols), dtype)
             c_s1 = T.alloc_shared((HALF, out_cols), dtype)
+            a_s1 = T.alloc_shared((stages, BLOCK_K, HALF), dtype) if layout == "tn" else None   # consumer 1's a
             full = T.alloc_barrier([128] * stages)
             empty = T.alloc_barrier([256] * stages)
             m0 = T.alloc_var("int32")
@@ -191,11 +205,12 @@ def warp_specialized_body(T, M, N, K, sms, block_N: int, stages: int, epilogue_c
                     locate(bx + t * grid, m0, n0)
                     find(groups, m0, ehv)
                     e, hi, valid = expert(ehv)
-                    producer(a, b, m0, n0, e, nk * valid, g0, a_s, b_s, full, empty)
+                    producer(a, b, m0, n0, e, nk * valid, g0, a_s, a_s1, b_s, full, empty)
                     g0 = g0 + nk * valid
             elif tx < 256:
                 consumer_loop(bias_, groups, out, bx, grid, ntiles, 0, m0, n0, ehv, g0, a_s, b_s, c_s0, full, empty)
             else:
-                consumer_loop(bias_, groups, out, bx, grid, ntiles, 1, m0, n0, ehv, g0, a_s, b_s, c_s1, full, empty)
+                consumer_loop(bias_, groups, out, bx, grid, ntiles, 1, m0, n0, ehv, g0, a_s if a_s1 is None else a_s1,
+                              b_s, c_s1, full, empty)
 
     return body

@@ -9,17 +9,7 @@ import torch
 import tkreg.nn as tnn
 
 BF16 = torch.bfloat16
-
-
-@pytest.fixture(autouse=True)
-def fallback(monkeypatch):
-    monkeypatch.setenv("TKREG_FALLBACK", "reference")
-
-
-def close(got, want, rel=1e-2):
-    """Within `rel` of want's largest magnitude (bf16 outputs, fp32 sums)."""
-    err = (got.float() - want.float()).abs().max().item()
-    assert err <= rel * want.float().abs().max().item() + 1e-6, err
+pytestmark = pytest.mark.usefixtures("fallback")
 
 
 def torch_mlp(x, gate, up, down):
@@ -28,7 +18,7 @@ def torch_mlp(x, gate, up, down):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_linear_matches_torch(bias, seed):
+def test_linear_matches_torch(bias, seed, close):
     lin = tnn.Linear(32, 48, bias=bias)
     x = torch.randn(2, 3, 32).to(BF16).requires_grad_()
     y = lin(x)
@@ -45,7 +35,7 @@ def test_linear_matches_torch(bias, seed):
         close(lin.bias.grad, b.grad)
 
 
-def test_linear_main_grad(seed):
+def test_linear_main_grad(seed, close):
     lin = tnn.Linear(16, 24, bias=False)
     lin.weight.main_grad = torch.zeros(24, 16)
     x = torch.randn(5, 16).to(BF16)
@@ -54,7 +44,7 @@ def test_linear_main_grad(seed):
     close(lin.weight.main_grad, torch.ones(5, 24).t() @ x.float())
 
 
-def test_rms_norm_matches_torch(seed):
+def test_rms_norm_matches_torch(seed, close):
     norm = tnn.RMSNorm(64, eps=1e-5)
     with torch.no_grad():
         norm.weight.copy_(torch.rand(64) + 0.5)
@@ -68,7 +58,7 @@ def test_rms_norm_matches_torch(seed):
     close(norm.weight.grad, w32.grad)
 
 
-def test_swiglu_mlp_matches_torch(seed):
+def test_swiglu_mlp_matches_torch(seed, close):
     h, i = 32, 48
     gate, up, down = ((torch.randn(*s) * 0.2).to(BF16) for s in ((i, h), (i, h), (h, i)))
     mlp = tnn.SwiGLUMLP.from_weights(gate, up, down)
@@ -88,14 +78,7 @@ def test_swiglu_mlp_matches_torch(seed):
     close(mlp.down.weight.grad, ws[2].grad)
 
 
-def test_swiglu_mlp_compiles_fullgraph(seed):
+def test_swiglu_mlp_compiles_fullgraph(seed, compile_matches_eager):
     mlp = tnn.SwiGLUMLP(32, 48)
     x = torch.randn(6, 32).to(BF16).requires_grad_()
-    compiled = torch.compile(mlp, fullgraph=True, backend="aot_eager")
-    compiled(x).float().sum().backward()
-    got = [p.grad.clone() for p in (x, *mlp.parameters())]
-    x.grad = None
-    mlp.zero_grad(set_to_none=True)
-    mlp(x).float().sum().backward()
-    for g, p in zip(got, (x, *mlp.parameters())):
-        assert torch.equal(g, p.grad)
+    compile_matches_eager(mlp, (x,), (x, *mlp.parameters()))

@@ -57,23 +57,11 @@ def test_compile_fullgraph_forward_and_backward(seed, through):
         assert a is not None and calc_diff(a, b) < 1e-10, name
 
 
-def _captured(fn):
-    """fn() captured into a CUDA graph after a warm-up on a side stream: (graph, its outputs)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        outs = fn()
-    return g, outs
-
 
 @pytest.mark.parametrize("t", [1, 64, 256])
-def test_cuda_graph_forward_replays_with_new_inputs(seed, t):
+def test_cuda_graph_forward_replays_with_new_inputs(seed, t, captured):
     static = gate_inputs(t)
-    g, (out, *saved) = _captured(lambda: ops.engram_gate_fwd(*static, CLAMP, EPS))
+    g, (out, *saved) = captured(lambda: ops.engram_gate_fwd(*static, CLAMP, EPS))
     for _ in range(3):
         new = gate_inputs(t)
         for s, n in zip(static, new):
@@ -86,14 +74,14 @@ def test_cuda_graph_forward_replays_with_new_inputs(seed, t):
 
 
 @pytest.mark.parametrize("t", [1, 64, 256])
-def test_cuda_graph_forward_and_backward_replay(seed, t):
+def test_cuda_graph_forward_and_backward_replay(seed, t, captured):
     static = gate_inputs(t)
     grad = torch.randn(t, 4, 4096, dtype=BF16, device="cuda")
 
     def step():
         _, *saved = ops.engram_gate_fwd(*static, CLAMP, EPS)
         return ops.engram_gate_backward(grad, *static, *saved, CLAMP)
-    g, grads = _captured(step)
+    g, grads = captured(step)
     for _ in range(3):
         new = gate_inputs(t)
         for s, n in zip(static + (grad,), new + (torch.randn_like(grad),)):

@@ -12,6 +12,9 @@ from tkreg import reference
 BF16, FP16 = torch.bfloat16, torch.float16
 OPS = ("gemm", "fp8_gemm", "grouped_gemm", "grouped_gemm_masked", "fp8_grouped_gemm", "fp8_grouped_gemm_masked",
        "gemm_swiglu", "gemm_dgrad", "gemm_wgrad", "gemm_wgrad_accumulate")
+OPS += ("grouped_gemm_dgrad", "grouped_gemm_masked_dgrad", "grouped_gemm_wgrad", "grouped_gemm_wgrad_accumulate",
+        "grouped_gemm_masked_wgrad")
+OPS += ("fp8_gemm_wgrad", "fp8_gemm_wgrad_accumulate")
 
 
 def test_wheel_ships_the_gemm_specs(ships_the_specs):

@@ -18,11 +18,6 @@ BF16, FP16 = torch.bfloat16, torch.float16
 ops = tkreg.ops
 
 
-@pytest.fixture
-def fallback(monkeypatch):
-    monkeypatch.setenv("TKREG_FALLBACK", "reference")
-
-
 def rand(*shape, dt=BF16, scale=1.0):
     return (torch.randn(*shape) * scale).to(dt)
 
@@ -104,18 +99,10 @@ def test_gemm_autograd_falls_back_to_torch_without_kernels(monkeypatch, seed):
     assert torch.equal(da, torch.matmul(dy, b)) and torch.equal(db, torch.matmul(dy.t(), a)) and dbias is None
 
 
-def test_gemm_autograd_compiles_fullgraph(fallback, seed):
+def test_gemm_autograd_compiles_fullgraph(fallback, seed, compile_matches_eager):
     a, b = rand(6, 16).requires_grad_(), rand(24, 16).requires_grad_()
     c = rand(24).requires_grad_()
-    f = torch.compile(lambda a, b, c: ops.silu_and_mul(ops.gemm(a, b, c)).float().sum(), fullgraph=True,
-                      backend="aot_eager")
-    f(a, b, c).backward()
-    got = [t.grad.clone() for t in (a, b, c)]
-    for t in (a, b, c):
-        t.grad = None
-    ops.silu_and_mul(ops.gemm(a, b, c)).float().sum().backward()
-    for g, t in zip(got, (a, b, c)):
-        assert torch.equal(g, t.grad)
+    compile_matches_eager(lambda a, b, c: ops.silu_and_mul(ops.gemm(a, b, c)).float().sum(), (a, b, c))
 
 
 @pytest.mark.parametrize("is_neox", [True, False])
@@ -139,7 +126,7 @@ def test_rotary_backward_vs_float64_torch(fallback, is_neox, seed):
     torch.testing.assert_close(k0.grad.double(), k64.grad, rtol=1e-2, atol=2e-2)
 
 
-def test_rotary_autograd_compiles_fullgraph(fallback, seed):
+def test_rotary_autograd_compiles_fullgraph(fallback, seed, compile_matches_eager):
     t, d, p = 5, 64, 16
     cache, pos = torch.randn(p, d).to(BF16), torch.randint(0, p, (t,))
 
@@ -147,12 +134,7 @@ def test_rotary_autograd_compiles_fullgraph(fallback, seed):
         q, k = q0 * 1, k0 * 1
         ops.rotary_embedding(pos, q, k, cache, True)
         return (q.float() ** 2).sum() + k.float().sum()
-    q0, k0 = rand(t, 2 * d).requires_grad_(), rand(t, d).requires_grad_()
-    torch.compile(f, fullgraph=True, backend="aot_eager")(q0, k0).backward()
-    got = (q0.grad.clone(), k0.grad.clone())
-    q0.grad = k0.grad = None
-    f(q0, k0).backward()
-    assert torch.equal(got[0], q0.grad) and torch.equal(got[1], k0.grad)
+    compile_matches_eager(f, (rand(t, 2 * d).requires_grad_(), rand(t, d).requires_grad_()))
 
 
 def test_rotary_inverse_cache_built_once(seed):

@@ -195,11 +195,6 @@ def test_fp8_expand_layouts():
 
 
 # ---- typed functions, compile and autograd through the reference fallback ----------------------
-@pytest.fixture
-def fallback(monkeypatch):
-    monkeypatch.setenv("TKREG_FALLBACK", "reference")
-
-
 def _pipeline(scores, bias, x, w_shared):
     idx, w = ops.group_limited_topk_gate(scores, 4, 4, 2, bias=bias, routed_scaling_factor=2.5)
     m = ops.moe_mapping(idx, scores.shape[1], 4)

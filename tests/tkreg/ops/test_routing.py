@@ -100,6 +100,9 @@ CASES = [
     *[case(op, dt, M=m, N=n, K=k) for op in ("gemm_dgrad", "gemm_wgrad", "gemm_wgrad_accumulate") for dt in (BF, FP)
       for m, n, k in ((8192, 4096, 14336), (4096, 14336, 4096), (16384, 28672, 4096), (100, 200, 72), (1, 4096, 4096),
                       (77, 60, 64))],
+    # fp8_gemm_wgrad (sm_90a, one variant each): training shapes, a ragged one, and M % 16 != 0 (no kernel)
+    *[case(op, F8, M=m, N=n, K=k) for op in ("fp8_gemm_wgrad", "fp8_gemm_wgrad_accumulate")
+      for m, n, k in ((8192, 4096, 14336), (4096, 14336, 4096), (16, 200, 72), (100, 4096, 4096))],
     *[case("fp8_gemm", F8, arch=arch, M=m, N=n, K=k) for arch in ARCHS
       for m, n, k in ((1, 4096, 14336), (16, 1000, 8192), (1, 4096, 4096), (16, 28672, 4096), (8, 5120, 1024),
                       (17, 4096, 14336), (64, 4096, 8192), (32, 28672, 4096), (64, 4096, 4096), (33, 8192, 8192),
@@ -107,6 +110,13 @@ CASES = [
                       (4096, 8192, 640), (64, 2048, 8192), (1, 7168, 2048), (4096, 4096, 4096))],
     *[case("grouped_gemm", dt, arch=arch, M=m, N=n, K=k, E=8) for arch in ARCHS for dt in (BF, FP)
       for m, n, k in ((1024, 4096, 7168), (8192, 7168, 2048), (512, 512, 256))],
+    # grouped GEMM gradients (sm_90a, one tile each): DeepSeek-V3 expert shapes, small ragged ones, and N = 60 (refused)
+    *[case(op, dt, M=m, N=n, K=k, E=e) for op in ("grouped_gemm_dgrad", "grouped_gemm_masked_dgrad",
+                                                  "grouped_gemm_wgrad_accumulate", "grouped_gemm_masked_wgrad")
+      for dt in (BF, FP) for m, n, k, e in ((8192, 4096, 7168, 8), (1024, 7168, 2048, 32), (77, 136, 264, 3),
+                                            (128, 60, 64, 2))],
+    *[case("grouped_gemm_wgrad", dt, M=m, N=n, K=k, G=g) for dt in (BF, FP)
+      for m, n, k, g in ((32768, 4096, 7168, 9), (65536, 7168, 2048, 33), (77, 64, 8, 2), (128, 60, 64, 3))],
     *[case("grouped_gemm_masked", dt, arch=arch, M=m, N=n, K=k, E=8) for arch in ARCHS for dt in (BF, FP)
       for m, n, k in ((64, 4096, 7168), (256, 4096, 7168), (1024, 7168, 2048), (32, 512, 256))],
     *[case("fp8_grouped_gemm", F8, arch=arch, M=m, N=n, K=k, E=8) for arch in ARCHS for m, n, k in ((1024, 4096, 7168),)],

@@ -28,6 +28,7 @@ not fit beside the bf16 ones), with the tkreg layer's expert choices.
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from .timing import gpu_ms, try_ms
 
@@ -215,21 +216,13 @@ def time_layer(torch, name, layer, torch_f, hidden, tokens, quick, log, sdpa_bac
     row = dict(case=name, tokens=tokens, tkreg_ms=ours)
     for backend in sdpa_backends or (None,):
         theirs_c = torch.compile(lambda xl: torch_f(xl, params), fullgraph=True)
-        ctx = sdpa_kernel([getattr(SDPBackend, backend)]) if backend else _null()
+        ctx = sdpa_kernel([getattr(SDPBackend, backend)]) if backend else contextlib.nullcontext()
         with ctx:
             ms = try_ms(lambda: step(torch, theirs_c, params.values(), x, dy), [()], reps=reps, warmup=3)
         label = f"torch.compile ({backend.lower().replace('_attention', '')} SDPA)" if backend else "torch.compile"
         row[label] = ms
         log(f"{name} T={tokens}: tkreg {ours:.2f} ms, {label} {ms if ms is None else round(ms, 2)} ms")
     return row
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def run(torch, which, tokens, quick=False, log=print, fp8=False, flash=False) -> dict:

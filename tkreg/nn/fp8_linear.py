@@ -20,20 +20,11 @@ from __future__ import annotations
 import torch
 
 from ..ops.fp8_gradients import ALIGN_M
-from ..ops._route import compiling, op
+from ..ops._route import compiling, op, serves as _serves
 from ..reference import fp8_gradients as ref
 from .linear import Linear
 
 GROUP = 128
-
-
-def _serves(name: str, t) -> bool:
-    """Whether `name` runs a kernel for tensors on t's device (on the CPU: TKREG_FALLBACK=reference)."""
-    from .. import env
-    from ..runtime import RUNTIME
-    if not t.is_cuda:
-        return env.fallback_reference()
-    return RUNTIME.arch_of(t.device.index or 0) in RUNTIME.registry.entry(name).archs()
 
 
 def _forward(x, weight):

@@ -23,6 +23,17 @@ def checking() -> bool:
     return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
 
+def serves(name: str, t) -> bool:
+    """Whether op `name` runs for tensors on t's device: a kernel pack for its arch, or on the CPU
+    the op's torch reference when TKREG_FALLBACK=reference (what the autograd classes ask before
+    choosing a kernel over their torch formulas)."""
+    from .. import env
+    from ..runtime import RUNTIME
+    if not t.is_cuda:
+        return env.fallback_reference()
+    return RUNTIME.arch_of(t.device.index or 0) in RUNTIME.registry.entry(name).archs()
+
+
 def _registered(name: str) -> str:
     """Registers `name` as a torch op if it is not yet, and returns it.  Marked as Dynamo's
     assume_constant_result (below): Dynamo runs it for real while tracing and takes the result

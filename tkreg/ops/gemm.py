@@ -55,13 +55,10 @@ def _kernels_serve(name: str, dy, other) -> bool:
     for dy[M, N] and other[., K]: a 16-bit dtype, TMA-loadable rows and a pack for the device."""
     import torch
 
-    from .. import env
-    from ..runtime import RUNTIME
+    from ._route import serves
     if dy.dtype not in (torch.bfloat16, torch.float16) or dy.shape[1] % 8 or other.shape[1] % 8:
         return False
-    if not dy.is_cuda:
-        return env.fallback_reference()
-    return RUNTIME.arch_of(dy.device.index or 0) in RUNTIME.registry.entry(name).archs()
+    return serves(name, dy)
 
 
 class GemmGrad:

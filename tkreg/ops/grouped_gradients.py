@@ -92,13 +92,10 @@ def _serves(name: str, dy, n: int, k: int) -> bool:
     a 16-bit dtype, TMA-loadable rows (N, K % 8 == 0) and a pack for the device's arch."""
     import torch
 
-    from .. import env
-    from ..runtime import RUNTIME
+    from ._route import serves
     if dy.dtype not in (torch.bfloat16, torch.float16) or n % 8 or k % 8:
         return False
-    if not dy.is_cuda:
-        return env.fallback_reference()
-    return RUNTIME.arch_of(dy.device.index or 0) in RUNTIME.registry.entry(name).archs()
+    return serves(name, dy)
 
 
 def _segments(groups, rows: int, masked: bool):
